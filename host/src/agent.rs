@@ -1,0 +1,288 @@
+//! A unit's agent: runs the unit's hooks one at a time from its queue, pins leadership for
+//! each, commits each hook's writes (fenced when it ran as leader), and retries failures.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::bindings::types as wit;
+use crate::charm::{Charm, HookOutcome};
+use crate::context::Interruption;
+use crate::controller::Shared;
+use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
+use crate::model::{Hook, RelationHook};
+use crate::store::{CommitError, CommitReceipt, Store};
+
+/// How failed hooks are retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// The first wait after a failure; it doubles with each failure.
+    pub initial_backoff: Duration,
+    /// The longest wait.
+    pub max_backoff: Duration,
+    /// After this many failures of the same hook the unit stops, in error, awaiting the
+    /// operator (as Juju does); `None` retries forever.
+    pub max_attempts: Option<u32>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        // Juju waits 5 s, doubling to 5 min. A local host can retry much sooner.
+        RetryPolicy {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(30),
+            max_attempts: Some(5),
+        }
+    }
+}
+
+impl RetryPolicy {
+    fn backoff(&self, failures: u32) -> Duration {
+        self.initial_backoff.saturating_mul(1 << failures.saturating_sub(1).min(16)).min(self.max_backoff)
+    }
+}
+
+/// One hook run, as recorded in the controller's history.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HookRecord {
+    /// The unit.
+    pub unit: String,
+    /// Juju's name for the hook.
+    pub hook: String,
+    /// Whether it ran as leader (what `is_leader` answered in it).
+    pub leader: bool,
+    /// The lease term it ran under, if leader.
+    pub term: Option<u64>,
+    /// `ok`, or why it failed.
+    pub outcome: String,
+    /// The pod spec revision its commit created, if any.
+    pub pod_spec_revision: Option<u64>,
+    /// Whether a leader-only operation was refused for leadership in it.
+    pub refused_not_leader: bool,
+}
+
+/// Why a hook attempt did not commit.
+#[derive(Debug)]
+enum Failure {
+    /// The charm's fault: shown as the unit's error status.
+    Charm(String),
+    /// Not the charm's fault (store unavailable, leadership lost mid-way): retried quietly.
+    Transient(String),
+}
+
+pub(crate) struct UnitAgent {
+    pub(crate) unit: String,
+    pub(crate) charm: Charm,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) inbox: mpsc::UnboundedReceiver<Hook>,
+    pub(crate) queue: VecDeque<Hook>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) leadership: LeadershipConfig,
+}
+
+impl UnitAgent {
+    fn accept(&mut self, hook: Hook) {
+        // Juju coalesces: a hook already waiting need not be queued twice.
+        if self.queue.iter().skip(1).any(|h| *h == hook) {
+            self.shared.pending.done(1);
+        } else {
+            self.queue.push_back(hook);
+        }
+    }
+
+    pub(crate) async fn run(mut self, tracker: LeadershipTracker) {
+        let mut leadership = tracker.subscribe();
+        // Know the first answer before the first hook, so leader-elected lands in Juju's
+        // place (after install); a silent store does not hold the unit up for long.
+        let _ = timeout(self.leadership.request_timeout, leadership.wait_for(|l| *l != Leadership::Unknown)).await;
+        let mut installed = false;
+        let mut elected_term: Option<u64> = None;
+        let mut failures = 0u32;
+        loop {
+            while let Ok(hook) = self.inbox.try_recv() {
+                self.accept(hook);
+            }
+            let current = leadership.borrow_and_update().clone();
+            match current {
+                Leadership::Leader { term, .. } if installed && elected_term != Some(term) => {
+                    elected_term = Some(term);
+                    self.shared.pending.add(1);
+                    // Before anything else queued, but never ahead of a hook being retried.
+                    let at = if failures > 0 { 1 } else { 0 };
+                    self.queue.insert(at.min(self.queue.len()), Hook::LeaderElected);
+                }
+                Leadership::Follower { .. } => elected_term = None,
+                _ => {}
+            }
+            let Some(hook) = self.queue.front().cloned() else {
+                tokio::select! {
+                    hook = self.inbox.recv() => match hook {
+                        Some(hook) => self.accept(hook),
+                        None => return,
+                    },
+                    _ = leadership.changed() => {}
+                }
+                continue;
+            };
+            match self.attempt(&hook, &tracker).await {
+                Ok(()) => {
+                    self.queue.pop_front();
+                    self.shared.pending.done(1);
+                    if failures > 0 {
+                        let _ = self.store.set_hook_error(&self.unit, None).await;
+                    }
+                    failures = 0;
+                    installed |= hook == Hook::Install;
+                }
+                Err(Failure::Transient(why)) => {
+                    tracing::info!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
+                    sleep(self.retry.initial_backoff).await;
+                }
+                Err(Failure::Charm(why)) => {
+                    failures += 1;
+                    let message = format!("hook failed: {:?}: {why}", hook.name());
+                    tracing::warn!(unit = %self.unit, attempt = failures, "{message}");
+                    let _ = self.store.set_hook_error(&self.unit, Some(message)).await;
+                    if self.retry.max_attempts.is_some_and(|max| failures >= max) {
+                        tracing::error!(unit = %self.unit, hook = %hook.name(), "awaiting error resolution");
+                        self.halt().await;
+                        return;
+                    }
+                    sleep(self.retry.backoff(failures)).await;
+                }
+            }
+        }
+    }
+
+    /// Stops running hooks, in error; what arrives from now on is dropped.
+    async fn halt(&mut self) {
+        self.shared.pending.done(self.queue.len());
+        self.queue.clear();
+        while let Some(_hook) = self.inbox.recv().await {
+            self.shared.pending.done(1);
+        }
+    }
+
+    async fn attempt(&mut self, hook: &Hook, tracker: &LeadershipTracker) -> Result<(), Failure> {
+        let snapshot = self.store.snapshot(&self.unit).await.map_err(|e| Failure::Transient(e.to_string()))?;
+        // Pin leadership for the whole hook: a leader hook needs room to run before its
+        // guarantee would end.
+        let min_remaining = self.charm_margin() * 2;
+        let pinned = tracker.pin(min_remaining);
+        if *hook == Hook::LeaderElected && pinned.is_none() {
+            // Leadership was lost before the hook could run: it no longer applies.
+            return Ok(());
+        }
+        let (fence, guarantee) = match pinned {
+            Some((fence, guarantee)) => (Some(fence), Some(guarantee)),
+            None => (None, None),
+        };
+        let event = to_event(hook);
+        let charm = self.charm.clone();
+        let (fence_for_hook, watch) = (fence.clone(), guarantee.clone());
+        let started = Instant::now();
+        let run = tokio::task::spawn_blocking(move || charm.run_hook(snapshot, fence_for_hook, watch, &event))
+            .await
+            .map_err(|e| Failure::Transient(format!("hook task failed: {e}")))?;
+        let refused_not_leader = run.leadership_refusals > 0;
+        let mut record = HookRecord {
+            unit: self.unit.clone(),
+            hook: hook.name(),
+            leader: fence.is_some(),
+            term: fence.as_ref().map(|f| f.term),
+            outcome: "ok".into(),
+            pod_spec_revision: None,
+            refused_not_leader,
+        };
+        let result = match run.outcome {
+            HookOutcome::Succeeded => {
+                let expired = guarantee.as_ref().is_some_and(|g| {
+                    g.valid_until().is_none_or(|until| Instant::now() + self.charm_margin() >= until)
+                });
+                if expired {
+                    Err(Failure::Transient("leadership guarantee ended before the commit".into()))
+                } else if run.changes.is_empty() {
+                    Ok(CommitReceipt::default())
+                } else {
+                    match self.store.commit(&self.unit, &run.changes, fence.as_ref()).await {
+                        Ok(receipt) => Ok(receipt),
+                        Err(e @ CommitError::Fenced { .. }) => Err(Failure::Transient(e.to_string())),
+                        Err(CommitError::Store(e)) => Err(Failure::Transient(e.to_string())),
+                        Err(e @ CommitError::Unfenced) => Err(Failure::Charm(e.to_string())),
+                    }
+                }
+            }
+            HookOutcome::Failed(message) => Err(Failure::Charm(message)),
+            HookOutcome::Trapped(message) => Err(Failure::Charm(format!("trapped: {message}"))),
+            HookOutcome::Interrupted(Interruption::GuaranteeEnding) => {
+                Err(Failure::Transient("interrupted: leadership guarantee ending with no renewal".into()))
+            }
+            HookOutcome::Interrupted(Interruption::TimedOut) => {
+                Err(Failure::Charm(format!("interrupted: ran longer than {:?}", started.elapsed())))
+            }
+        };
+        match result {
+            Ok(receipt) => {
+                record.pod_spec_revision = receipt.pod_spec_revision;
+                tracing::debug!(unit = %self.unit, hook = %record.hook, leader = record.leader, "hook committed");
+                self.shared.record(record);
+                self.shared.route(&self.unit, &receipt).await;
+                Ok(())
+            }
+            Err(failure) => {
+                record.outcome = match &failure {
+                    Failure::Charm(m) | Failure::Transient(m) => m.clone(),
+                };
+                self.shared.record(record);
+                Err(failure)
+            }
+        }
+    }
+
+    fn charm_margin(&self) -> Duration {
+        self.shared.guarantee_margin
+    }
+}
+
+fn to_event(hook: &Hook) -> wit::Event {
+    let rel = |r: &RelationHook| wit::RelationEvent {
+        id: r.id,
+        name: r.endpoint.clone(),
+        remote_app: r.remote_app.clone(),
+        remote_unit: r.remote_unit.clone(),
+    };
+    match hook {
+        Hook::Install => wit::Event::Install,
+        Hook::Start => wit::Event::Start,
+        Hook::ConfigChanged => wit::Event::ConfigChanged,
+        Hook::UpgradeCharm => wit::Event::UpgradeCharm,
+        Hook::UpdateStatus => wit::Event::UpdateStatus,
+        Hook::Stop => wit::Event::Stop,
+        Hook::Remove => wit::Event::Remove,
+        Hook::LeaderElected => wit::Event::LeaderElected,
+        Hook::LeaderSettingsChanged => wit::Event::LeaderSettingsChanged,
+        Hook::RelationCreated(r) => wit::Event::RelationCreated(rel(r)),
+        Hook::RelationJoined(r) => wit::Event::RelationJoined(rel(r)),
+        Hook::RelationChanged(r) => wit::Event::RelationChanged(rel(r)),
+        Hook::RelationDeparted(r) => wit::Event::RelationDeparted(rel(r)),
+        Hook::RelationBroken(r) => wit::Event::RelationBroken(rel(r)),
+        Hook::Action { id, name, params } => {
+            wit::Event::Action(wit::ActionEvent { id: id.clone(), name: name.clone(), params: params.clone() })
+        }
+    }
+}
+
+impl Drop for UnitAgent {
+    fn drop(&mut self) {
+        // A stopped or crashed agent's hooks will not run: they are no longer pending.
+        let mut dropped = self.queue.len();
+        while self.inbox.try_recv().is_ok() {
+            dropped += 1;
+        }
+        self.shared.pending.done(dropped);
+    }
+}

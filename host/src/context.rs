@@ -1,0 +1,106 @@
+//! The hook context: what one hook may read (a snapshot taken when it starts, plus its own
+//! writes), its pinned leadership answer, and the buffer of its writes.
+
+use std::sync::Arc;
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::model::{Bag, BagWrites, Changes, CharmMetadata, UnitSnapshot};
+use crate::store::Fence;
+
+/// How much of a hook's stdout and stderr is kept (a panic message, say).
+const OUTPUT_CAPACITY: usize = 64 * 1024;
+
+/// A line a charm logged.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LogLine {
+    /// `trace`, `debug`, `info`, `warning` or `error`.
+    pub level: &'static str,
+    /// The text.
+    pub message: String,
+}
+
+/// Why the host stopped a hook before it returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interruption {
+    /// The hook started as leader and the leadership guarantee was about to end with no
+    /// renewal: it had to stop before it could act on leadership it no longer held.
+    GuaranteeEnding,
+    /// The hook ran past its time limit.
+    TimedOut,
+}
+
+/// The state of one hook: the wasmtime store's data.
+pub struct HookContext {
+    pub(crate) snapshot: UnitSnapshot,
+    /// The leadership pinned for this hook: `Some` iff `is_leader` answers true.
+    pub(crate) fence: Option<Fence>,
+    pub(crate) changes: Changes,
+    pub(crate) logs: Vec<LogLine>,
+    pub(crate) metadata: Arc<CharmMetadata>,
+    pub(crate) interruption: Option<Interruption>,
+    /// How many leader-only operations were refused because the hook is not leader.
+    pub(crate) leadership_refusals: u32,
+    pub(crate) output: MemoryOutputPipe,
+    pub(crate) limits: wasmtime::StoreLimits,
+    wasi: WasiCtx,
+    table: ResourceTable,
+}
+
+impl HookContext {
+    /// A context for a hook of `snapshot.unit`; `fence` is the leadership it runs under.
+    pub fn new(
+        snapshot: UnitSnapshot,
+        fence: Option<Fence>,
+        metadata: Arc<CharmMetadata>,
+        memory_limit: usize,
+    ) -> Self {
+        let output = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        // The sandbox: no filesystem, network, environment or arguments. Clocks and random
+        // stay, as a charm's standard library needs them.
+        let wasi = WasiCtx::builder().stdout(output.clone()).stderr(output.clone()).build();
+        HookContext {
+            snapshot,
+            fence,
+            changes: Changes::default(),
+            logs: Vec::new(),
+            metadata,
+            interruption: None,
+            leadership_refusals: 0,
+            output,
+            limits: wasmtime::StoreLimitsBuilder::new().memory_size(memory_limit).build(),
+            wasi,
+            table: ResourceTable::new(),
+        }
+    }
+
+    /// Whether this hook runs as leader.
+    pub fn is_leader(&self) -> bool {
+        self.fence.is_some()
+    }
+
+    pub(crate) fn unit(&self) -> &str {
+        &self.snapshot.unit
+    }
+
+    pub(crate) fn app(&self) -> &str {
+        &self.snapshot.app
+    }
+}
+
+impl WasiView for HookContext {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// A bag as the hook sees it: the snapshot's, with the hook's own writes over it.
+pub(crate) fn overlay(base: Option<&Bag>, writes: Option<&BagWrites>) -> Bag {
+    let mut bag = base.cloned().unwrap_or_default();
+    if let Some(writes) = writes {
+        crate::model::apply_writes(&mut bag, writes);
+    }
+    bag
+}

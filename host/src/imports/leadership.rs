@@ -1,0 +1,30 @@
+use crate::bindings::juju::charm::leadership::Host;
+use crate::bindings::types::Error;
+use crate::context::{HookContext, overlay};
+
+impl Host for HookContext {
+    fn is_leader(&mut self) -> bool {
+        // Pinned when the hook started; never a call to the lease store.
+        self.fence.is_some()
+    }
+
+    fn leader_get(&mut self, key: String) -> Option<String> {
+        match self.changes.leader_data.get(&key) {
+            Some(written) => written.clone(),
+            None => self.snapshot.leader_data.get(&key).cloned(),
+        }
+    }
+
+    fn leader_get_all(&mut self) -> Vec<(String, String)> {
+        overlay(Some(&self.snapshot.leader_data), Some(&self.changes.leader_data)).into_iter().collect()
+    }
+
+    fn leader_set(&mut self, key: String, value: Option<String>) -> Result<(), Error> {
+        super::require_leader(self)?;
+        if key.is_empty() {
+            return Err(Error::InvalidArgument("a leader setting's key must not be empty".into()));
+        }
+        self.changes.leader_data.insert(key, value);
+        Ok(())
+    }
+}

@@ -1,0 +1,15 @@
+use crate::bindings::juju::charm::state::Host;
+use crate::context::HookContext;
+
+impl Host for HookContext {
+    fn get(&mut self, key: String) -> Option<String> {
+        match self.changes.stored.get(&key) {
+            Some(written) => written.clone(),
+            None => self.snapshot.stored.get(&key).cloned(),
+        }
+    }
+
+    fn set(&mut self, key: String, value: Option<String>) {
+        self.changes.stored.insert(key, value);
+    }
+}

@@ -1,0 +1,254 @@
+//! Leadership: each unit's agent keeps a background task claiming and renewing its
+//! application's lease, so that no hook ever waits on the lease store.
+//!
+//! # Timing
+//!
+//! A lease is claimed for `lease_duration` (D). The holder's *guarantee* runs from the
+//! instant taken just before the claim was sent, for D minus `drift_margin`: the store
+//! started its own D later than that instant, so the holder's view always ends before the
+//! store's, even if the two clocks run at slightly different rates. (Python ops records the
+//! time before calling `is-leader` for the same reason; Chubby's lease handling and
+//! Kleppmann's fencing-token analysis are the references.)
+//!
+//! Renewal happens every `renew_interval`, well before expiry, so a renewal that fails has
+//! several retries (with exponential backoff and jitter, capped at `retry_period`) before
+//! the guarantee ends. A store that does not answer is never read as "not leader": the
+//! leader stays leader until its guarantee ends, and only a denial or that end deposes it.
+//! This is exactly where Juju 2.9 went wrong: a timed-out renewal answered `is-leader` with
+//! false while the lease was still held.
+//!
+//! Defaults: D = 15 s, renew every 5 s, retry within 2 s, drift margin 1 s (a 14 s
+//! guarantee). They follow Kubernetes' client-go leader election (15 s lease, 10 s renew
+//! deadline, 2 s retry); Juju grants 60 s and guarantees 30 s, which trades slower failover
+//! for fewer renewals. A crashed leader is replaced within D plus one retry period.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until, timeout};
+
+use crate::charm::GuaranteeWatch;
+use crate::store::{Claim, Fence, LeaseError, LeaseStore};
+
+/// The lease timings. See the module documentation for how they relate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeadershipConfig {
+    /// How long a lease is claimed for.
+    pub lease_duration: Duration,
+    /// How often the holder renews it.
+    pub renew_interval: Duration,
+    /// The longest wait between retries after a store error, and between claims by a
+    /// unit that was denied.
+    pub retry_period: Duration,
+    /// How much of the lease the holder does not count on, for clock drift.
+    pub drift_margin: Duration,
+    /// How long one lease request may take before it counts as unanswered.
+    pub request_timeout: Duration,
+}
+
+impl Default for LeadershipConfig {
+    fn default() -> Self {
+        LeadershipConfig {
+            lease_duration: Duration::from_secs(15),
+            renew_interval: Duration::from_secs(5),
+            retry_period: Duration::from_secs(2),
+            drift_margin: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Why a leadership configuration is unsafe.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeadershipConfigError {
+    /// The drift margin eats the whole lease.
+    #[error("drift margin {margin:?} must be shorter than the lease duration {lease:?}")]
+    MarginTooLarge {
+        /// The margin.
+        margin: Duration,
+        /// The lease duration.
+        lease: Duration,
+    },
+    /// Renewal would come after the guarantee ends.
+    #[error("renew interval {renew:?} must be shorter than the guarantee {guarantee:?} (lease minus drift margin)")]
+    RenewTooLate {
+        /// The renew interval.
+        renew: Duration,
+        /// The guarantee.
+        guarantee: Duration,
+    },
+}
+
+impl LeadershipConfig {
+    /// How long a successful claim guarantees leadership, from the instant before it was sent.
+    pub fn guarantee(&self) -> Duration {
+        self.lease_duration.saturating_sub(self.drift_margin)
+    }
+
+    /// Checks that the timings can keep a leader leading.
+    pub fn validate(&self) -> Result<(), LeadershipConfigError> {
+        if self.drift_margin >= self.lease_duration {
+            return Err(LeadershipConfigError::MarginTooLarge { margin: self.drift_margin, lease: self.lease_duration });
+        }
+        if self.renew_interval >= self.guarantee() {
+            return Err(LeadershipConfigError::RenewTooLate { renew: self.renew_interval, guarantee: self.guarantee() });
+        }
+        Ok(())
+    }
+}
+
+/// What a unit knows of its application's leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leadership {
+    /// No answer from the store yet.
+    Unknown,
+    /// This unit leads with `term`, guaranteed until `guarantee_until`.
+    Leader {
+        /// The lease's term (the fencing token).
+        term: u64,
+        /// When the guarantee ends unless renewed.
+        guarantee_until: Instant,
+    },
+    /// Another unit leads (or, with `None`, this unit's guarantee ran out with no answer
+    /// from the store: it does not know who leads).
+    Follower {
+        /// The leader, when known.
+        leader: Option<String>,
+    },
+}
+
+/// A handle on a unit's leadership task.
+pub struct LeadershipTracker {
+    app: String,
+    unit: String,
+    rx: watch::Receiver<Leadership>,
+    task: JoinHandle<()>,
+}
+
+impl LeadershipTracker {
+    /// Starts claiming and renewing `app`'s lease for `unit` in the background.
+    pub fn spawn(store: Arc<dyn LeaseStore>, app: &str, unit: &str, config: LeadershipConfig) -> Self {
+        let (tx, rx) = watch::channel(Leadership::Unknown);
+        let task = tokio::spawn(renew_loop(store, app.to_string(), unit.to_string(), config, tx));
+        LeadershipTracker { app: app.to_string(), unit: unit.to_string(), rx, task }
+    }
+
+    /// A receiver of every change of this unit's leadership.
+    pub fn subscribe(&self) -> watch::Receiver<Leadership> {
+        self.rx.clone()
+    }
+
+    /// The leadership to pin for a hook starting now: a fence if this unit leads with at
+    /// least `min_remaining` of guarantee left, and the watch on that guarantee.
+    pub fn pin(&self, min_remaining: Duration) -> Option<(Fence, Arc<dyn GuaranteeWatch>)> {
+        let now = Instant::now();
+        match *self.rx.borrow() {
+            Leadership::Leader { term, guarantee_until } if now + min_remaining < guarantee_until => {
+                let fence = Fence { app: self.app.clone(), holder: self.unit.clone(), term };
+                let watch = Arc::new(TermGuarantee { rx: self.rx.clone(), term });
+                Some((fence, watch))
+            }
+            _ => None,
+        }
+    }
+
+    /// Stops renewing (the lease then lapses after its duration, as when a host crashes).
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for LeadershipTracker {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The guarantee of one term: ends if the unit loses or changes term.
+struct TermGuarantee {
+    rx: watch::Receiver<Leadership>,
+    term: u64,
+}
+
+impl GuaranteeWatch for TermGuarantee {
+    fn valid_until(&self) -> Option<Instant> {
+        match *self.rx.borrow() {
+            Leadership::Leader { term, guarantee_until } if term == self.term => Some(guarantee_until),
+            _ => None,
+        }
+    }
+}
+
+/// Backoff after `failures` consecutive store errors: exponential from an eighth of the
+/// retry period, capped at it, with jitter so that units do not retry in lockstep.
+fn backoff(config: &LeadershipConfig, failures: u32) -> Duration {
+    let base = config.retry_period / 8;
+    let exp = base.saturating_mul(1 << failures.min(16)).min(config.retry_period);
+    let jitter = rand::rng().random_range(0.5..=1.0);
+    exp.mul_f64(jitter)
+}
+
+async fn renew_loop(
+    store: Arc<dyn LeaseStore>,
+    app: String,
+    unit: String,
+    config: LeadershipConfig,
+    tx: watch::Sender<Leadership>,
+) {
+    let mut failures = 0u32;
+    loop {
+        let sent_at = Instant::now();
+        let answer = match timeout(config.request_timeout, store.claim(&app, &unit, config.lease_duration)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(LeaseError::Unavailable(format!("no answer within {:?}", config.request_timeout))),
+        };
+        let now = Instant::now();
+        let next = match answer {
+            Ok(Claim::Held(lease)) => {
+                failures = 0;
+                let guarantee_until = sent_at + lease.duration.saturating_sub(config.drift_margin);
+                let was_leader = matches!(*tx.borrow(), Leadership::Leader { term, .. } if term == lease.term);
+                if !was_leader {
+                    tracing::info!(%unit, term = lease.term, "became leader of {app}");
+                }
+                tx.send_replace(Leadership::Leader { term: lease.term, guarantee_until });
+                sent_at + config.renew_interval
+            }
+            Ok(Claim::Denied { holder, .. }) => {
+                failures = 0;
+                if matches!(*tx.borrow(), Leadership::Leader { .. }) {
+                    tracing::warn!(%unit, "deposed: {holder} holds the lease of {app}");
+                }
+                tx.send_if_modified(|l| {
+                    let new = Leadership::Follower { leader: Some(holder) };
+                    if *l == new { false } else { *l = new; true }
+                });
+                now + config.retry_period.mul_f64(rand::rng().random_range(0.75..=1.0))
+            }
+            Err(LeaseError::Unavailable(why)) => {
+                failures += 1;
+                // Not an answer: leadership stays as it is until its guarantee ends.
+                tracing::debug!(%unit, failures, "lease store unavailable: {why}");
+                now + backoff(&config, failures)
+            }
+        };
+        // Sleep until the next claim, waking at the guarantee's end to give leadership up
+        // if no renewal arrived in time.
+        let guarantee_end = match *tx.borrow() {
+            Leadership::Leader { guarantee_until, .. } => Some(guarantee_until),
+            _ => None,
+        };
+        match guarantee_end {
+            Some(end) if end <= next => {
+                sleep_until(end).await;
+                tracing::warn!(%unit, "leadership guarantee of {app} ended with no renewal");
+                tx.send_replace(Leadership::Follower { leader: None });
+                sleep_until(next).await;
+            }
+            _ => sleep_until(next).await,
+        }
+    }
+}

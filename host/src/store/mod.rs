@@ -1,0 +1,27 @@
+//! The stores behind the host: leases (who leads each application, with which term) and
+//! model state (applications, units, relations, their data, pod specs, statuses).
+//!
+//! One trait each, so backends are interchangeable; a backend implements both over one
+//! storage so that a commit can check the leadership fence and apply a hook's writes in one
+//! atomic step.
+
+mod lease;
+mod memory;
+mod state;
+
+pub use lease::{Claim, Lease, LeaseError, LeaseStore};
+pub use memory::MemoryStore;
+pub use state::{
+    AppStatusRow, CommitError, CommitReceipt, Fence, ModelStatus, StateStore, StoreError, UnitStatusRow,
+};
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// A boxed future, so the store traits can be used as trait objects.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A backend holding both leases and model state.
+pub trait Store: LeaseStore + StateStore {}
+
+impl<T: LeaseStore + StateStore> Store for T {}

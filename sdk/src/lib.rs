@@ -1,0 +1,139 @@
+//! Write Juju charms in Rust and compile them to WebAssembly components.
+//!
+//! A charm is a type implementing [`Charm`]: it declares its [`Metadata`] once and handles
+//! each hook's [`Event`] with a [`Model`], the unit's view of the Juju model, shaped like
+//! Python ops' `Model`. [`export_charm!`] turns it into a component for `charm-host`.
+//!
+//! ```no_run
+//! use charm_sdk::{Charm, Event, HookResult, Metadata, Model, Status};
+//!
+//! struct Hello;
+//!
+//! impl Charm for Hello {
+//!     fn metadata() -> Metadata {
+//!         Metadata::new("hello").summary("Says hello")
+//!     }
+//!
+//!     fn handle(model: &Model, event: Event) -> HookResult {
+//!         if let Event::Start = event {
+//!             model.unit().set_status(Status::active("hello"))?;
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! charm_sdk::export_charm!(Hello);
+//! # fn main() {}
+//! ```
+//!
+//! Build it with `cargo build --release --target wasm32-wasip2`; the `.wasm` file in
+//! `target/wasm32-wasip2/release/` is the charm.
+//!
+//! Everything a hook writes (relation data, leader data, pod spec, status, stored state) is
+//! buffered by the host and applied together when the hook returns `Ok`; an `Err` or a panic
+//! applies nothing. [`Model::is_leader`] gives one answer for the whole hook, and a hook that
+//! was told it leads is never refused a leader-only write for leadership.
+
+#![deny(missing_docs)]
+
+mod config;
+mod error;
+mod event;
+pub mod log;
+mod metadata;
+mod model;
+pub mod pod;
+mod relation;
+mod status;
+
+#[doc(hidden)]
+pub mod wit {
+    //! The generated bindings. Charm code uses the typed API instead.
+    #![allow(missing_docs)]
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "juju:charm/charm@0.1.0",
+        pub_export_macro: true,
+        default_bindings_module: "charm_sdk::wit",
+        generate_all,
+    });
+}
+
+#[doc(hidden)]
+pub use wit_bindgen;
+
+pub use config::{Config, ConfigValue, FromConfigValue};
+pub use error::{Error, HookError, HookResult};
+pub use event::{ActionEvent, Event, RelationEvent};
+pub use metadata::{ActionMeta, ConfigOption, Metadata, OptionType, RelationMeta, RelationRole};
+pub use model::{Application, LeaderData, Model, StoredState, Unit};
+pub use pod::{Container, ContainerPort, PodSpec};
+pub use relation::{DataBag, Relation};
+pub use status::Status;
+
+/// A charm: its metadata and its hook handler.
+///
+/// See the crate documentation for a complete charm.
+pub trait Charm {
+    /// What the charm declares: name, endpoints, config options, actions. Read by
+    /// `charm-host inspect` and checked by the host when a bundle is deployed.
+    fn metadata() -> Metadata;
+
+    /// Handles one hook. Return `Err` to fail the hook: nothing it wrote is applied and
+    /// the host retries it later.
+    fn handle(model: &Model, event: Event) -> HookResult;
+}
+
+/// Exports a [`Charm`] as the component's entry points. Use it once, at the crate root.
+///
+/// ```no_run
+/// # use charm_sdk::{Charm, Event, HookResult, Metadata, Model};
+/// struct Noop;
+/// impl Charm for Noop {
+///     fn metadata() -> Metadata { Metadata::new("noop") }
+///     fn handle(_: &Model, _: Event) -> HookResult { Ok(()) }
+/// }
+/// charm_sdk::export_charm!(Noop);
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! export_charm {
+    ($charm:ty) => {
+        const _: () = {
+            struct __CharmExport;
+
+            impl $crate::wit::Guest for __CharmExport {
+                fn metadata() -> $crate::wit::juju::charm::types::Metadata {
+                    $crate::__private::metadata::<$charm>()
+                }
+
+                fn handle_hook(
+                    context: $crate::wit::juju::charm::types::Context,
+                    event: $crate::wit::juju::charm::types::Event,
+                ) -> ::core::result::Result<(), ::std::string::String> {
+                    $crate::__private::handle_hook::<$charm>(context, event)
+                }
+            }
+
+            $crate::wit::export!(__CharmExport with_types_in $crate::wit);
+        };
+    };
+}
+
+#[doc(hidden)]
+pub mod __private {
+    //! What `export_charm!` expands to calls; not part of the API.
+    use super::*;
+
+    pub fn metadata<C: Charm>() -> wit::juju::charm::types::Metadata {
+        C::metadata().into_wit()
+    }
+
+    pub fn handle_hook<C: Charm>(
+        context: wit::juju::charm::types::Context,
+        event: wit::juju::charm::types::Event,
+    ) -> Result<(), String> {
+        let model = Model::from_context(context);
+        C::handle(&model, Event::from_wit(event)).map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,209 @@
+use crate::config::ConfigValue;
+use crate::wit::juju::charm::types as wit;
+
+/// The role of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelationRole {
+    /// This charm provides the interface.
+    Provides,
+    /// This charm requires the interface.
+    Requires,
+    /// Units of this application relate to each other.
+    Peers,
+}
+
+/// An endpoint the charm declares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelationMeta {
+    /// The endpoint's name, such as `db`.
+    pub name: String,
+    /// Its role.
+    pub role: RelationRole,
+    /// The interface spoken on it, such as `pgsql`.
+    pub interface: String,
+    /// The most relations it accepts; `None` for no limit.
+    pub limit: Option<u32>,
+}
+
+/// The declared type of a config option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionType {
+    /// Text.
+    String,
+    /// A 64-bit integer.
+    Int,
+    /// A 64-bit float.
+    Float,
+    /// True or false.
+    Boolean,
+}
+
+/// A config option the charm declares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigOption {
+    /// The option's name.
+    pub name: String,
+    /// Its type.
+    pub kind: OptionType,
+    /// Its default, if any.
+    pub default: Option<ConfigValue>,
+    /// What it does.
+    pub description: String,
+}
+
+/// An action the charm declares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionMeta {
+    /// The action's name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+}
+
+/// What a charm declares: its name, endpoints, config options and actions.
+///
+/// ```
+/// use charm_sdk::{ConfigValue, Metadata, RelationRole};
+///
+/// let meta = Metadata::new("discourse")
+///     .summary("Discussion forum")
+///     .requires("db", "pgsql")
+///     .string_option("external_hostname", Some("discourse.local"), "Public host name")
+///     .int_option("replicas", Some(1), "Workers");
+/// assert_eq!(meta.relations[0].role, RelationRole::Requires);
+/// assert_eq!(meta.config[1].default, Some(ConfigValue::Int(1)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Metadata {
+    /// The charm's name.
+    pub name: String,
+    /// One line saying what it runs.
+    pub summary: String,
+    /// Its endpoints.
+    pub relations: Vec<RelationMeta>,
+    /// Its config options.
+    pub config: Vec<ConfigOption>,
+    /// Its actions.
+    pub actions: Vec<ActionMeta>,
+}
+
+impl Metadata {
+    /// Metadata for a charm with this name and nothing declared yet.
+    pub fn new(name: impl Into<String>) -> Self {
+        Metadata { name: name.into(), ..Default::default() }
+    }
+
+    /// Sets the one-line summary.
+    pub fn summary(mut self, summary: impl Into<String>) -> Self {
+        self.summary = summary.into();
+        self
+    }
+
+    fn endpoint(mut self, name: impl Into<String>, role: RelationRole, interface: impl Into<String>) -> Self {
+        self.relations.push(RelationMeta {
+            name: name.into(),
+            role,
+            interface: interface.into(),
+            limit: None,
+        });
+        self
+    }
+
+    /// Declares an endpoint that provides `interface`.
+    pub fn provides(self, name: impl Into<String>, interface: impl Into<String>) -> Self {
+        self.endpoint(name, RelationRole::Provides, interface)
+    }
+
+    /// Declares an endpoint that requires `interface`.
+    pub fn requires(self, name: impl Into<String>, interface: impl Into<String>) -> Self {
+        self.endpoint(name, RelationRole::Requires, interface)
+    }
+
+    /// Declares a peer endpoint.
+    pub fn peers(self, name: impl Into<String>, interface: impl Into<String>) -> Self {
+        self.endpoint(name, RelationRole::Peers, interface)
+    }
+
+    /// Declares a config option.
+    pub fn option(mut self, option: ConfigOption) -> Self {
+        self.config.push(option);
+        self
+    }
+
+    fn typed_option(self, name: &str, kind: OptionType, default: Option<ConfigValue>, description: &str) -> Self {
+        self.option(ConfigOption {
+            name: name.to_string(),
+            kind,
+            default,
+            description: description.to_string(),
+        })
+    }
+
+    /// Declares a `string` option.
+    pub fn string_option(self, name: &str, default: Option<&str>, description: &str) -> Self {
+        let default = default.map(|d| ConfigValue::String(d.to_string()));
+        self.typed_option(name, OptionType::String, default, description)
+    }
+
+    /// Declares an `int` option.
+    pub fn int_option(self, name: &str, default: Option<i64>, description: &str) -> Self {
+        self.typed_option(name, OptionType::Int, default.map(ConfigValue::Int), description)
+    }
+
+    /// Declares a `float` option.
+    pub fn float_option(self, name: &str, default: Option<f64>, description: &str) -> Self {
+        self.typed_option(name, OptionType::Float, default.map(ConfigValue::Float), description)
+    }
+
+    /// Declares a `boolean` option.
+    pub fn bool_option(self, name: &str, default: Option<bool>, description: &str) -> Self {
+        self.typed_option(name, OptionType::Boolean, default.map(ConfigValue::Boolean), description)
+    }
+
+    /// Declares an action.
+    pub fn action(mut self, name: &str, description: &str) -> Self {
+        self.actions.push(ActionMeta { name: name.to_string(), description: description.to_string() });
+        self
+    }
+
+    pub(crate) fn into_wit(self) -> wit::Metadata {
+        wit::Metadata {
+            name: self.name,
+            summary: self.summary,
+            relations: self
+                .relations
+                .into_iter()
+                .map(|r| wit::RelationMeta {
+                    name: r.name,
+                    role: match r.role {
+                        RelationRole::Provides => wit::RelationRole::Provides,
+                        RelationRole::Requires => wit::RelationRole::Requires,
+                        RelationRole::Peers => wit::RelationRole::Peers,
+                    },
+                    interface: r.interface,
+                    limit: r.limit,
+                })
+                .collect(),
+            config: self
+                .config
+                .into_iter()
+                .map(|o| wit::ConfigOption {
+                    name: o.name,
+                    kind: match o.kind {
+                        OptionType::String => wit::OptionType::String,
+                        OptionType::Int => wit::OptionType::Int,
+                        OptionType::Float => wit::OptionType::Float,
+                        OptionType::Boolean => wit::OptionType::Boolean,
+                    },
+                    default: o.default.map(ConfigValue::into_wit),
+                    description: o.description,
+                })
+                .collect(),
+            actions: self
+                .actions
+                .into_iter()
+                .map(|a| wit::ActionMeta { name: a.name, description: a.description })
+                .collect(),
+        }
+    }
+}

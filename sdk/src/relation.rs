@@ -1,0 +1,142 @@
+use std::collections::BTreeMap;
+
+use crate::error::Result;
+use crate::wit::juju::charm::relations as host;
+
+/// A relation as this unit sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relation {
+    id: u32,
+    name: String,
+    remote_app: String,
+    remote_units: Vec<String>,
+    local_unit: String,
+    local_app: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Owner {
+    Unit(String),
+    App(String),
+}
+
+impl Relation {
+    pub(crate) fn new(r: host::Relation, local_unit: String, local_app: String) -> Self {
+        Relation {
+            id: r.id,
+            name: r.name,
+            remote_app: r.remote_app,
+            remote_units: r.remote_units,
+            local_unit,
+            local_app,
+        }
+    }
+
+    /// The relation's id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The endpoint's name on this side.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The application on the other side.
+    pub fn remote_app(&self) -> &str {
+        &self.remote_app
+    }
+
+    /// The remote units that have joined, sorted.
+    pub fn remote_units(&self) -> &[String] {
+        &self.remote_units
+    }
+
+    /// A unit's bag: this unit's own (writable) or a remote unit's (read only).
+    pub fn unit_data(&self, unit: &str) -> Result<DataBag> {
+        let entries = host::unit_data(self.id, unit)?.into_iter().collect();
+        Ok(DataBag { relation: self.id, owner: Owner::Unit(unit.to_string()), entries })
+    }
+
+    /// An application's bag: this application's (leader only) or the remote one's (read only).
+    pub fn app_data(&self, app: &str) -> Result<DataBag> {
+        let entries = host::app_data(self.id, app)?.into_iter().collect();
+        Ok(DataBag { relation: self.id, owner: Owner::App(app.to_string()), entries })
+    }
+
+    /// This unit's own bag.
+    pub fn local_unit_data(&self) -> Result<DataBag> {
+        self.unit_data(&self.local_unit)
+    }
+
+    /// This application's bag. Leader only.
+    pub fn local_app_data(&self) -> Result<DataBag> {
+        self.app_data(&self.local_app)
+    }
+
+    /// The remote application's bag.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// if let Some(db) = model.relation("db")? {
+    ///     let master = db.remote_app_data()?.get("master").map(str::to_owned);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn remote_app_data(&self) -> Result<DataBag> {
+        self.app_data(&self.remote_app)
+    }
+}
+
+/// One data bag of a relation: a unit's or an application's key/value settings.
+///
+/// Reads come from the hook's snapshot plus its own writes; `set` and `remove` are checked
+/// by the host against Juju's access rules and buffered until the hook commits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataBag {
+    relation: u32,
+    owner: Owner,
+    entries: BTreeMap<String, String>,
+}
+
+impl DataBag {
+    /// One value.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries.get(key).map(String::as_str)
+    }
+
+    /// Every entry, sorted by key.
+    pub fn entries(&self) -> &BTreeMap<String, String> {
+        &self.entries
+    }
+
+    /// Sets a value.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// if let Some(db) = model.relation("db")? {
+    ///     db.local_unit_data()?.set("database", "discourse")?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        self.write(key, Some(value))?;
+        self.entries.insert(key.to_string(), value.to_string());
+        Ok(())
+    }
+
+    /// Removes a value.
+    pub fn remove(&mut self, key: &str) -> Result<()> {
+        self.write(key, None)?;
+        self.entries.remove(key);
+        Ok(())
+    }
+
+    fn write(&self, key: &str, value: Option<&str>) -> Result<()> {
+        match &self.owner {
+            Owner::Unit(unit) => host::set_unit_data(self.relation, unit, key, value)?,
+            Owner::App(app) => host::set_app_data(self.relation, app, key, value)?,
+        }
+        Ok(())
+    }
+}
