@@ -18,6 +18,7 @@
 pub mod bindings;
 
 pub mod agent;
+pub mod bundle;
 pub mod charm;
 pub mod context;
 pub mod controller;

@@ -1,1 +1,295 @@
-fn main() {}
+//! `charm-host`: inspect charms and run bundles of them.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::json;
+
+use charm_host::bundle::Bundle;
+use charm_host::charm::{CharmRuntime, RuntimeConfig};
+use charm_host::controller::{Controller, ControllerConfig};
+use charm_host::leadership::LeadershipConfig;
+use charm_host::model::CharmMetadata;
+use charm_host::store::{MemoryStore, ModelStatus, Store};
+
+#[derive(Parser)]
+#[command(name = "charm-host", version, about = "Runs Juju charms compiled to WebAssembly components")]
+struct Cli {
+    /// More logging (-v: info, -vv: debug). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Format {
+    /// A human table.
+    Table,
+    /// One JSON object.
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Describes a charm: name, endpoints, config options, actions.
+    Inspect {
+        /// The charm's .wasm file.
+        charm: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Deploys a bundle and runs its units' hooks.
+    Run {
+        /// The bundle (Juju bundle YAML); charm paths are relative to it.
+        bundle: PathBuf,
+        /// Stop when no hook is queued or running, and print the status.
+        #[arg(long)]
+        until_idle: bool,
+        /// With --until-idle: give up (exit 1) if not idle after this many seconds.
+        #[arg(long, default_value_t = 120.0)]
+        timeout: f64,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        /// The store: `memory` (this process's memory).
+        #[arg(long, default_value = "memory")]
+        store: String,
+        /// Seconds a leadership lease is claimed for.
+        #[arg(long, default_value_t = 15.0)]
+        lease_duration: f64,
+        /// Seconds between lease renewals.
+        #[arg(long, default_value_t = 5.0)]
+        renew_interval: f64,
+        /// Longest seconds between retries of a lease claim.
+        #[arg(long, default_value_t = 2.0)]
+        retry_period: f64,
+        /// Seconds of each lease not counted on, for clock drift.
+        #[arg(long, default_value_t = 1.0)]
+        drift_margin: f64,
+    },
+}
+
+fn seconds(name: &str, s: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(s).with_context(|| format!("--{name} {s}: not a duration in seconds"))
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let default = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::Inspect { charm, format } => inspect(&charm, format),
+        Command::Run {
+            bundle,
+            until_idle,
+            timeout,
+            format,
+            store,
+            lease_duration,
+            renew_interval,
+            retry_period,
+            drift_margin,
+        } => {
+            let leadership = LeadershipConfig {
+                lease_duration: seconds("lease-duration", lease_duration)?,
+                renew_interval: seconds("renew-interval", renew_interval)?,
+                retry_period: seconds("retry-period", retry_period)?,
+                drift_margin: seconds("drift-margin", drift_margin)?,
+                request_timeout: seconds("retry-period", retry_period)?,
+            };
+            leadership.validate()?;
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(run(bundle, until_idle, seconds("timeout", timeout)?, format, &store, leadership))
+        }
+    }
+}
+
+fn inspect(path: &PathBuf, format: Format) -> Result<()> {
+    let runtime = CharmRuntime::new(RuntimeConfig::default()).map_err(anyhow::Error::from)?;
+    let charm = runtime.load_file(path)?;
+    let meta: &CharmMetadata = charm.metadata();
+    if format == Format::Json {
+        println!("{}", serde_json::to_string_pretty(meta)?);
+        return Ok(());
+    }
+    println!("Charm    {}", meta.name);
+    println!("Summary  {}", meta.summary);
+    println!();
+    let mut rows = vec![vec!["Endpoint".to_string(), "Role".into(), "Interface".into()]];
+    for e in &meta.relations {
+        rows.push(vec![e.name.clone(), format!("{:?}", e.role).to_lowercase(), e.interface.clone()]);
+    }
+    print_table(&rows);
+    println!();
+    let mut rows = vec![vec!["Option".to_string(), "Type".into(), "Default".into(), "Description".into()]];
+    for o in &meta.config {
+        let default = o.default.as_ref().map(|d| serde_json::to_string(d).unwrap_or_default()).unwrap_or_default();
+        rows.push(vec![o.name.clone(), o.kind.as_str().into(), default, o.description.clone()]);
+    }
+    print_table(&rows);
+    if !meta.actions.is_empty() {
+        println!();
+        let mut rows = vec![vec!["Action".to_string(), "Description".into()]];
+        for a in &meta.actions {
+            rows.push(vec![a.name.clone(), a.description.clone()]);
+        }
+        print_table(&rows);
+    }
+    Ok(())
+}
+
+fn open_store(spec: &str) -> Result<Arc<dyn Store>> {
+    match spec {
+        "memory" => Ok(Arc::new(MemoryStore::new("default"))),
+        other => bail!("--store {other}: unknown store; this build offers `memory`"),
+    }
+}
+
+async fn run(
+    bundle_path: PathBuf,
+    until_idle: bool,
+    timeout: Duration,
+    format: Format,
+    store: &str,
+    leadership: LeadershipConfig,
+) -> Result<()> {
+    let store = open_store(store)?;
+    let runtime_config = RuntimeConfig::default();
+    let margin = runtime_config.guarantee_margin;
+    let runtime = CharmRuntime::new(runtime_config).map_err(anyhow::Error::from)?;
+    // Everything is checked before anything is deployed.
+    let bundle = Bundle::load(&bundle_path, &runtime)?;
+    let config = ControllerConfig { leadership, ..Default::default() };
+    let controller = Controller::new(store.clone(), margin, config)?;
+    bundle.deploy(&controller).await?;
+    let progress = std::io::stderr().is_terminal();
+    if until_idle {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            tokio::select! {
+                _ = controller.wait_idle() => break,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                    if progress {
+                        eprintln!("running: {} hooks queued or running", controller.pending());
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        print_status(&store, format).await?;
+                        bail!("not idle after {timeout:?}: {} hooks still queued or running", controller.pending());
+                    }
+                }
+            }
+        }
+    } else {
+        if progress {
+            eprintln!("running; Ctrl-C to stop");
+        }
+        tokio::signal::ctrl_c().await?;
+    }
+    controller.shutdown();
+    print_status(&store, format).await
+}
+
+async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {
+    let status: ModelStatus = store.status().await?;
+    let mut pod_specs = BTreeMap::new();
+    for app in &status.applications {
+        if let Some(spec) = store.pod_spec(&app.name).await? {
+            pod_specs.insert(app.name.clone(), spec);
+        }
+    }
+    if format == Format::Json {
+        let units: Vec<_> = status
+            .units
+            .iter()
+            .map(|u| {
+                json!({
+                    "name": u.name,
+                    "leader": u.leader,
+                    "status": u.status.kind.as_str(),
+                    "message": u.status.message,
+                    "workload_version": u.workload_version,
+                })
+            })
+            .collect();
+        let apps: Vec<_> = status
+            .applications
+            .iter()
+            .map(|a| {
+                json!({
+                    "name": a.name,
+                    "charm": a.charm,
+                    "leader": a.leader,
+                    "term": a.term,
+                    "status": a.status.kind.as_str(),
+                    "message": a.status.message,
+                    "pod_spec_revision": a.pod_spec_revision,
+                })
+            })
+            .collect();
+        let specs: BTreeMap<_, _> = pod_specs
+            .iter()
+            .map(|(app, p)| (app.clone(), json!({"revision": p.revision, "spec": p.spec, "k8s_resources": p.k8s_resources})))
+            .collect();
+        let out = json!({"applications": apps, "units": units, "pod_specs": specs});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    let mut rows = vec![vec!["App".to_string(), "Leader".into(), "Term".into(), "Pod spec".into(), "Charm".into()]];
+    for a in &status.applications {
+        rows.push(vec![
+            a.name.clone(),
+            a.leader.clone().unwrap_or_else(|| "-".into()),
+            a.term.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
+            a.pod_spec_revision.map(|r| format!("revision {r}")).unwrap_or_else(|| "-".into()),
+            a.charm.clone(),
+        ]);
+    }
+    print_table(&rows);
+    println!();
+    let mut rows = vec![vec!["Unit".to_string(), "Workload".into(), "Leader".into(), "Version".into(), "Message".into()]];
+    for u in &status.units {
+        rows.push(vec![
+            u.name.clone(),
+            u.status.kind.as_str().into(),
+            if u.leader { "*".into() } else { String::new() },
+            u.workload_version.clone(),
+            u.status.message.clone(),
+        ]);
+    }
+    print_table(&rows);
+    for (app, spec) in &pod_specs {
+        println!();
+        println!("Pod spec of {app} (revision {}):", spec.revision);
+        print!("{}", serde_yaml::to_string(&spec.spec)?);
+        if let Some(res) = &spec.k8s_resources {
+            println!("k8s resources of {app}:");
+            print!("{}", serde_yaml::to_string(res)?);
+        }
+    }
+    Ok(())
+}
+
+fn print_table(rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> =
+        (0..cols).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
+    for row in rows {
+        let cells: Vec<String> =
+            row.iter().enumerate().map(|(i, cell)| format!("{cell:<width$}", width = widths[i])).collect();
+        println!("{}", cells.join("  ").trim_end());
+    }
+}
