@@ -1,0 +1,106 @@
+//! A test charm. Its `mode` option picks a behaviour; what it observes it records in its
+//! stored state, which the tests read back from the store.
+
+use charm_sdk::pod::PodSpec;
+use charm_sdk::{Charm, Event, HookError, HookResult, Metadata, Model, Status};
+
+/// The probe charm.
+pub struct Probe;
+
+const BAD_SPECS: &[&str] = &[
+    r#"{"version": 3, "containers": []}"#,
+    r#"{"version": 3, "containers": [{"imageDetails": {"imagePath": "x"}}]}"#,
+    r#"{"version": 3, "containers": [{"name": "a", "image": "x"}, {"name": "a", "image": "y"}]}"#,
+    r#"{"version": 3, "containers": [{"name": "a", "image": "x", "colour": "red"}]}"#,
+];
+
+fn record<T: std::fmt::Debug>(model: &Model, key: &str, value: &T) -> HookResult {
+    model.stored().set(key, &format!("{value:?}"))?;
+    Ok(())
+}
+
+/// Writes something of every kind, so a test can check that none of it is applied.
+fn write_everything(model: &Model) -> HookResult {
+    model.stored().set("written", &true)?;
+    model.unit().set_status(Status::active("must not be applied"))?;
+    if model.is_leader() {
+        model.leader_data().set("written", "yes")?;
+        model.pod().set_spec(&PodSpec::new().container(charm_sdk::Container::new("probe", "busybox")))?;
+    }
+    Ok(())
+}
+
+impl Charm for Probe {
+    fn metadata() -> Metadata {
+        Metadata::new("probe")
+            .summary("Test charm")
+            .requires("db", "pgsql")
+            .string_option("mode", Some("ok"), "What to do")
+    }
+
+    fn handle(model: &Model, event: Event) -> HookResult {
+        let mode: String = model.config().get("mode")?;
+        match (mode.as_str(), &event) {
+            (_, Event::Install) => {
+                let runs: u32 = model.stored().get("install-runs")?.unwrap_or(0);
+                model.stored().set("install-runs", &(runs + 1))?;
+            }
+            _ => {}
+        }
+        match (mode.as_str(), event) {
+            ("fail", Event::Start) => {
+                write_everything(model)?;
+                Err(HookError::msg("deliberate failure"))
+            }
+            ("trap", Event::Start) => {
+                write_everything(model)?;
+                panic!("deliberate panic")
+            }
+            ("loop", Event::Start) => {
+                let mut n = 0u64;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            ("memory-bomb", Event::Start) => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 16 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            ("pod-spec-errors", Event::Start) => {
+                record(model, "leader", &model.is_leader())?;
+                for (i, spec) in BAD_SPECS.iter().enumerate() {
+                    record(model, &format!("pod-spec-{i}"), &model.pod().set_spec_raw(spec, None))?;
+                }
+                Ok(())
+            }
+            ("access", Event::RelationChanged(rel)) => {
+                let relation = model.relation_by_id(rel.id)?;
+                let Some(remote) = relation.remote_units().first().cloned() else {
+                    return Ok(());
+                };
+                let leader = model.is_leader();
+                record(model, "leader", &leader)?;
+                record(model, "write-remote-unit-bag", &relation.unit_data(&remote)?.set("k", "v"))?;
+                record(model, "write-own-unit-bag", &relation.local_unit_data()?.set("k", "v"))?;
+                record(model, "write-remote-app-bag", &relation.remote_app_data()?.set("k", "v"))?;
+                let own_app = relation.local_app_data();
+                record(model, "read-own-app-bag", &own_app.as_ref().map(|_| ()))?;
+                if let Ok(mut bag) = own_app {
+                    record(model, "write-own-app-bag", &bag.set("k", "v"))?;
+                } else {
+                    // A non-leader cannot even read it: ask the host to write it directly.
+                    let raw = charm_sdk::wit::juju::charm::relations::set_app_data(rel.id, model.app().name(), "k", Some("v"));
+                    record(model, "write-own-app-bag", &raw.map_err(charm_sdk::Error::from))?;
+                }
+                record(model, "remote-master", &relation.remote_app_data()?.get("master").map(str::to_owned))?;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+charm_sdk::export_charm!(Probe);

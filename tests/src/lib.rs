@@ -1,0 +1,71 @@
+//! Shared pieces of the cross-crate tests: the compiled guests and a small deployment kit.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use charm_host::agent::RetryPolicy;
+use charm_host::charm::{Charm, CharmRuntime, RuntimeConfig};
+use charm_host::controller::{Controller, ControllerConfig};
+use charm_host::leadership::LeadershipConfig;
+use charm_host::model::ConfigValue;
+use charm_host::store::{MemoryStore, Store};
+
+/// Paths of the compiled guest charms.
+pub mod guests {
+    include!(concat!(env!("OUT_DIR"), "/guests.rs"));
+}
+
+/// A runtime with test-friendly limits.
+pub fn runtime() -> CharmRuntime {
+    runtime_with(RuntimeConfig { hook_timeout: Duration::from_secs(20), ..Default::default() })
+}
+
+/// A runtime with these limits.
+pub fn runtime_with(config: RuntimeConfig) -> CharmRuntime {
+    CharmRuntime::new(config).expect("the engine starts")
+}
+
+/// Loads a guest.
+pub fn load(runtime: &CharmRuntime, path: &str) -> Charm {
+    runtime.load_file(Path::new(path)).unwrap_or_else(|e| panic!("loading {path}: {e}"))
+}
+
+/// Fast leases and retries, so tests spend no time waiting.
+pub fn fast_config() -> ControllerConfig {
+    ControllerConfig {
+        leadership: LeadershipConfig {
+            lease_duration: Duration::from_secs(3),
+            renew_interval: Duration::from_millis(500),
+            retry_period: Duration::from_millis(200),
+            drift_margin: Duration::from_millis(200),
+            request_timeout: Duration::from_millis(200),
+        },
+        retry: RetryPolicy {
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(50),
+            max_attempts: Some(3),
+        },
+        record_history: true,
+    }
+}
+
+/// A controller over a fresh memory store.
+pub fn controller(config: ControllerConfig) -> (Controller, Arc<dyn Store>) {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new("test"));
+    let controller = Controller::new(store.clone(), Duration::from_millis(100), config).expect("valid config");
+    (controller, store)
+}
+
+/// String config settings.
+pub fn options(pairs: &[(&str, &str)]) -> BTreeMap<String, ConfigValue> {
+    pairs.iter().map(|(k, v)| (k.to_string(), ConfigValue::String(v.to_string()))).collect()
+}
+
+/// Waits for idle, failing the test after `limit`.
+pub async fn settle(controller: &Controller, limit: Duration) {
+    tokio::time::timeout(limit, controller.wait_idle())
+        .await
+        .unwrap_or_else(|_| panic!("not idle after {limit:?}: {} hooks pending", controller.pending()));
+}
