@@ -9,12 +9,46 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::bindings::types as wit;
-use crate::charm::{Charm, HookOutcome};
+use crate::charm::{Charm, GuaranteeWatch, HookOutcome, HookRun};
 use crate::context::Interruption;
 use crate::controller::Shared;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
-use crate::model::{Hook, RelationHook};
-use crate::store::{CommitError, CommitReceipt, Store};
+use crate::model::{Hook, RelationHook, UnitSnapshot};
+use crate::store::{BoxFuture, CommitError, CommitReceipt, Fence, Store};
+
+/// What runs a hook: a compiled charm in wasmtime, or (in the simulation) a native
+/// stand-in that goes through the same hook context and imports.
+pub trait HookExecutor: Send + Sync + 'static {
+    /// Runs `hook` with `snapshot` to read, pinned to `fence` (leader iff `Some`), bounded
+    /// by `guarantee` while leader.
+    fn execute(
+        &self,
+        snapshot: UnitSnapshot,
+        fence: Option<Fence>,
+        guarantee: Option<Arc<dyn GuaranteeWatch>>,
+        hook: Hook,
+    ) -> BoxFuture<'static, HookRun>;
+}
+
+impl HookExecutor for Charm {
+    fn execute(
+        &self,
+        snapshot: UnitSnapshot,
+        fence: Option<Fence>,
+        guarantee: Option<Arc<dyn GuaranteeWatch>>,
+        hook: Hook,
+    ) -> BoxFuture<'static, HookRun> {
+        let charm = self.clone();
+        Box::pin(async move {
+            let event = to_event(&hook);
+            // wasmtime runs synchronously (and WASI blocks on tokio): keep it off the runtime.
+            match tokio::task::spawn_blocking(move || charm.run_hook(snapshot, fence, guarantee, &event)).await {
+                Ok(run) => run,
+                Err(e) => HookRun::failed_to_run(format!("hook task failed: {e}")),
+            }
+        })
+    }
+}
 
 /// How failed hooks are retried.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +90,8 @@ pub struct HookRecord {
     pub leader: bool,
     /// The lease term it ran under, if leader.
     pub term: Option<u64>,
+    /// How it ended.
+    pub result: HookResultKind,
     /// `ok`, or why it failed.
     pub outcome: String,
     /// The pod spec revision its commit created, if any.
@@ -64,18 +100,36 @@ pub struct HookRecord {
     pub refused_not_leader: bool,
 }
 
+/// How a hook attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HookResultKind {
+    /// Committed (or had nothing to commit).
+    Committed,
+    /// Not run: a leader-elected hook whose leadership was already gone.
+    Skipped,
+    /// The charm returned an error, trapped or ran out of time.
+    CharmFailed,
+    /// Stopped because the leadership guarantee was ending with no renewal.
+    Interrupted,
+    /// Its commit met a fence that no longer held.
+    Fenced,
+    /// The store could not be reached.
+    StoreUnavailable,
+}
+
 /// Why a hook attempt did not commit.
 #[derive(Debug)]
 enum Failure {
     /// The charm's fault: shown as the unit's error status.
     Charm(String),
     /// Not the charm's fault (store unavailable, leadership lost mid-way): retried quietly.
-    Transient(String),
+    Transient(HookResultKind, String),
 }
 
 pub(crate) struct UnitAgent {
     pub(crate) unit: String,
-    pub(crate) charm: Charm,
+    pub(crate) executor: Arc<dyn HookExecutor>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) inbox: mpsc::UnboundedReceiver<Hook>,
@@ -138,7 +192,7 @@ impl UnitAgent {
                     failures = 0;
                     installed |= hook == Hook::Install;
                 }
-                Err(Failure::Transient(why)) => {
+                Err(Failure::Transient(_, why)) => {
                     tracing::info!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
                     sleep(self.retry.initial_backoff).await;
                 }
@@ -168,32 +222,42 @@ impl UnitAgent {
     }
 
     async fn attempt(&mut self, hook: &Hook, tracker: &LeadershipTracker) -> Result<(), Failure> {
-        let snapshot = self.store.snapshot(&self.unit).await.map_err(|e| Failure::Transient(e.to_string()))?;
+        let snapshot = self
+            .store
+            .snapshot(&self.unit)
+            .await
+            .map_err(|e| Failure::Transient(HookResultKind::StoreUnavailable, e.to_string()))?;
         // Pin leadership for the whole hook: a leader hook needs room to run before its
         // guarantee would end.
         let min_remaining = self.charm_margin() * 2;
         let pinned = tracker.pin(min_remaining);
         if *hook == Hook::LeaderElected && pinned.is_none() {
             // Leadership was lost before the hook could run: it no longer applies.
+            self.shared.record(HookRecord {
+                unit: self.unit.clone(),
+                hook: hook.name(),
+                leader: false,
+                term: None,
+                result: HookResultKind::Skipped,
+                outcome: "skipped: no longer leader".into(),
+                pod_spec_revision: None,
+                refused_not_leader: false,
+            });
             return Ok(());
         }
         let (fence, guarantee) = match pinned {
             Some((fence, guarantee)) => (Some(fence), Some(guarantee)),
             None => (None, None),
         };
-        let event = to_event(hook);
-        let charm = self.charm.clone();
-        let (fence_for_hook, watch) = (fence.clone(), guarantee.clone());
         let started = Instant::now();
-        let run = tokio::task::spawn_blocking(move || charm.run_hook(snapshot, fence_for_hook, watch, &event))
-            .await
-            .map_err(|e| Failure::Transient(format!("hook task failed: {e}")))?;
+        let run = self.executor.execute(snapshot, fence.clone(), guarantee.clone(), hook.clone()).await;
         let refused_not_leader = run.leadership_refusals > 0;
         let mut record = HookRecord {
             unit: self.unit.clone(),
             hook: hook.name(),
             leader: fence.is_some(),
             term: fence.as_ref().map(|f| f.term),
+            result: HookResultKind::Committed,
             outcome: "ok".into(),
             pod_spec_revision: None,
             refused_not_leader,
@@ -204,14 +268,21 @@ impl UnitAgent {
                     g.valid_until().is_none_or(|until| Instant::now() + self.charm_margin() >= until)
                 });
                 if expired {
-                    Err(Failure::Transient("leadership guarantee ended before the commit".into()))
+                    Err(Failure::Transient(
+                        HookResultKind::Interrupted,
+                        "leadership guarantee ended before the commit".into(),
+                    ))
                 } else if run.changes.is_empty() {
                     Ok(CommitReceipt::default())
                 } else {
                     match self.store.commit(&self.unit, &run.changes, fence.as_ref()).await {
                         Ok(receipt) => Ok(receipt),
-                        Err(e @ CommitError::Fenced { .. }) => Err(Failure::Transient(e.to_string())),
-                        Err(CommitError::Store(e)) => Err(Failure::Transient(e.to_string())),
+                        Err(e @ CommitError::Fenced { .. }) => {
+                            Err(Failure::Transient(HookResultKind::Fenced, e.to_string()))
+                        }
+                        Err(CommitError::Store(e)) => {
+                            Err(Failure::Transient(HookResultKind::StoreUnavailable, e.to_string()))
+                        }
                         Err(e @ CommitError::Unfenced) => Err(Failure::Charm(e.to_string())),
                     }
                 }
@@ -219,7 +290,10 @@ impl UnitAgent {
             HookOutcome::Failed(message) => Err(Failure::Charm(message)),
             HookOutcome::Trapped(message) => Err(Failure::Charm(format!("trapped: {message}"))),
             HookOutcome::Interrupted(Interruption::GuaranteeEnding) => {
-                Err(Failure::Transient("interrupted: leadership guarantee ending with no renewal".into()))
+                Err(Failure::Transient(
+                    HookResultKind::Interrupted,
+                    "interrupted: leadership guarantee ending with no renewal".into(),
+                ))
             }
             HookOutcome::Interrupted(Interruption::TimedOut) => {
                 Err(Failure::Charm(format!("interrupted: ran longer than {:?}", started.elapsed())))
@@ -234,8 +308,9 @@ impl UnitAgent {
                 Ok(())
             }
             Err(failure) => {
-                record.outcome = match &failure {
-                    Failure::Charm(m) | Failure::Transient(m) => m.clone(),
+                (record.result, record.outcome) = match &failure {
+                    Failure::Charm(m) => (HookResultKind::CharmFailed, m.clone()),
+                    Failure::Transient(kind, m) => (*kind, m.clone()),
                 };
                 self.shared.record(record);
                 Err(failure)

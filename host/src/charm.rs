@@ -233,6 +233,19 @@ pub struct HookRun {
     pub leadership_refusals: u32,
 }
 
+impl HookRun {
+    /// A hook that could not be started at all.
+    pub fn failed_to_run(reason: String) -> Self {
+        HookRun {
+            outcome: HookOutcome::Trapped(reason),
+            changes: Changes::default(),
+            logs: Vec::new(),
+            output: String::new(),
+            leadership_refusals: 0,
+        }
+    }
+}
+
 /// When a leader hook must stop: the current end of the leadership guarantee, which moves
 /// forward with each renewal. `None` means the guarantee is gone.
 pub trait GuaranteeWatch: Send + Sync + 'static {
@@ -307,16 +320,15 @@ impl Charm {
             .instantiate(&mut store)
             .and_then(|instance| instance.call_handle_hook(&mut store, &context, event));
         let data = store.into_data();
-        let output = String::from_utf8_lossy(&data.output.contents()).into_owned();
         let outcome = match result {
             Ok(Ok(())) => HookOutcome::Succeeded,
             Ok(Err(message)) => HookOutcome::Failed(message),
             Err(e) => match (data.interruption, e.downcast_ref::<wasmtime::Trap>()) {
                 (Some(why), Some(wasmtime::Trap::Interrupt)) => HookOutcome::Interrupted(why),
-                _ => HookOutcome::Trapped(trap_message(&e, &output)),
+                _ => HookOutcome::Trapped(trap_message(&e, &String::from_utf8_lossy(&data.output.contents()))),
             },
         };
-        HookRun { outcome, changes: data.changes, logs: data.logs, output, leadership_refusals: data.leadership_refusals }
+        data.finish(outcome)
     }
 }
 

@@ -76,6 +76,18 @@ impl HookContext {
         }
     }
 
+    /// The hook's result: how it ended, with what it wrote and logged.
+    pub fn finish(self, outcome: crate::charm::HookOutcome) -> crate::charm::HookRun {
+        let output = String::from_utf8_lossy(&self.output.contents()).into_owned();
+        crate::charm::HookRun {
+            outcome,
+            changes: self.changes,
+            logs: self.logs,
+            output,
+            leadership_refusals: self.leadership_refusals,
+        }
+    }
+
     /// Whether this hook runs as leader.
     pub fn is_leader(&self) -> bool {
         self.fence.is_some()

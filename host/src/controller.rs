@@ -7,23 +7,42 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use crate::agent::{HookRecord, RetryPolicy, UnitAgent};
+use crate::agent::{HookExecutor, HookRecord, RetryPolicy, UnitAgent};
 use crate::charm::Charm;
-use crate::leadership::{LeadershipConfig, LeadershipTracker};
+use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
 use crate::model::{
-    ApplicationRecord, ConfigValue, Hook, RelationEndpoint, RelationHook, RelationRecord, RelationRole, app_of,
+    ApplicationRecord, CharmMetadata, ConfigValue, Hook, RelationEndpoint, RelationHook, RelationRecord, RelationRole, app_of,
 };
 use crate::store::{CommitReceipt, ModelStatus, Store, StoreError};
+
+/// Called with every hook run, as it ends.
+#[derive(Clone)]
+pub struct HookObserver(pub Arc<dyn Fn(&HookRecord) + Send + Sync>);
+
+impl std::fmt::Debug for HookObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HookObserver")
+    }
+}
 
 /// How a controller runs its units.
 #[derive(Debug, Clone, Default)]
 pub struct ControllerConfig {
+    /// Called with every hook run.
+    pub observer: Option<HookObserver>,
     /// Lease timings.
     pub leadership: LeadershipConfig,
     /// Retries of failed hooks.
     pub retry: RetryPolicy,
     /// Whether to keep a history of every hook run (for tests and reports).
     pub record_history: bool,
+    /// Seeds the lease retry jitter; `None` seeds from the operating system.
+    pub seed: Option<u64>,
+}
+
+/// A stable 64-bit hash (FNV-1a), to derive per-unit seeds.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Why a deployment step was refused.
@@ -77,10 +96,14 @@ pub(crate) struct Shared {
     pub(crate) pending: Pending,
     pub(crate) guarantee_margin: Duration,
     history: Option<Mutex<Vec<HookRecord>>>,
+    observer: Option<HookObserver>,
 }
 
 impl Shared {
     pub(crate) fn record(&self, record: HookRecord) {
+        if let Some(observer) = &self.observer {
+            (observer.0)(&record);
+        }
         if let Some(history) = &self.history {
             history.lock().unwrap_or_else(|e| e.into_inner()).push(record);
         }
@@ -150,7 +173,9 @@ pub struct Controller {
     shared: Arc<Shared>,
     config: ControllerConfig,
     trackers: Mutex<BTreeMap<String, tokio::task::AbortHandle>>,
-    charms: Mutex<BTreeMap<String, Charm>>,
+    executors: Mutex<BTreeMap<String, Arc<dyn HookExecutor>>>,
+    leadership: Mutex<BTreeMap<String, watch::Receiver<Leadership>>>,
+    seed: u64,
     idle: watch::Receiver<usize>,
 }
 
@@ -165,12 +190,15 @@ impl Controller {
             pending: Pending(tx),
             guarantee_margin,
             history: config.record_history.then(|| Mutex::new(Vec::new())),
+            observer: config.observer.clone(),
         });
         Ok(Controller {
             shared,
-            config,
             trackers: Mutex::new(BTreeMap::new()),
-            charms: Mutex::new(BTreeMap::new()),
+            executors: Mutex::new(BTreeMap::new()),
+            leadership: Mutex::new(BTreeMap::new()),
+            seed: config.seed.unwrap_or_else(rand::random),
+            config,
             idle,
         })
     }
@@ -191,6 +219,20 @@ impl Controller {
         units: u32,
     ) -> Result<Vec<String>, ControllerError> {
         let metadata = charm.metadata().as_ref().clone();
+        self.deploy_with(app, Arc::new(charm), metadata, charm_ref, config, units).await
+    }
+
+    /// Deploys `units` units of `app` whose hooks `executor` runs; `metadata` is what the
+    /// charm declares.
+    pub async fn deploy_with(
+        &self,
+        app: &str,
+        executor: Arc<dyn HookExecutor>,
+        metadata: CharmMetadata,
+        charm_ref: &str,
+        config: BTreeMap<String, ConfigValue>,
+        units: u32,
+    ) -> Result<Vec<String>, ControllerError> {
         let mut settings = BTreeMap::new();
         for (name, value) in config {
             let option = metadata.option(&name).ok_or_else(|| ControllerError::BadOption {
@@ -214,25 +256,27 @@ impl Controller {
                 config: settings,
             })
             .await?;
-        self.charms.lock().unwrap_or_else(|e| e.into_inner()).insert(app.to_string(), charm.clone());
+        self.executors.lock().unwrap_or_else(|e| e.into_inner()).insert(app.to_string(), executor.clone());
         let mut names = Vec::new();
         for _ in 0..units {
             let unit = self.shared.store.add_unit(app).await?;
-            self.start_agent(&unit, charm.clone(), vec![Hook::Install, Hook::ConfigChanged, Hook::Start]);
+            self.start_agent(&unit, executor.clone(), vec![Hook::Install, Hook::ConfigChanged, Hook::Start]);
             names.push(unit);
         }
         Ok(names)
     }
 
-    fn start_agent(&self, unit: &str, charm: Charm, initial: Vec<Hook>) {
+    fn start_agent(&self, unit: &str, executor: Arc<dyn HookExecutor>, initial: Vec<Hook>) {
         let (tx, inbox) = mpsc::unbounded_channel();
         self.shared.pending.add(initial.len());
         self.shared.mailboxes.lock().unwrap_or_else(|e| e.into_inner()).insert(unit.to_string(), tx);
         let lease_store: Arc<dyn crate::store::LeaseStore> = self.shared.store.clone();
-        let tracker = LeadershipTracker::spawn(lease_store, app_of(unit), unit, self.config.leadership.clone());
+        let seed = self.seed ^ fnv1a(unit);
+        let tracker = LeadershipTracker::spawn(lease_store, app_of(unit), unit, self.config.leadership.clone(), seed);
+        self.leadership.lock().unwrap_or_else(|e| e.into_inner()).insert(unit.to_string(), tracker.subscribe());
         let agent = UnitAgent {
             unit: unit.to_string(),
-            charm,
+            executor,
             store: self.shared.store.clone(),
             shared: self.shared.clone(),
             inbox,
@@ -322,6 +366,24 @@ impl Controller {
             task.abort();
         }
         self.shared.mailboxes.lock().unwrap_or_else(|e| e.into_inner()).remove(unit);
+    }
+
+    /// Starts a crashed unit's agent again, with nothing queued.
+    pub fn restart_unit(&self, unit: &str) {
+        let executor = self.executors.lock().unwrap_or_else(|e| e.into_inner()).get(app_of(unit)).cloned();
+        if let Some(executor) = executor {
+            self.start_agent(unit, executor, Vec::new());
+        }
+    }
+
+    /// Queues a hook on a unit.
+    pub fn enqueue(&self, unit: &str, hook: Hook) {
+        self.shared.enqueue(unit, hook);
+    }
+
+    /// A watch on a unit's leadership, as its agent sees it.
+    pub fn leadership(&self, unit: &str) -> Option<watch::Receiver<Leadership>> {
+        self.leadership.lock().unwrap_or_else(|e| e.into_inner()).get(unit).cloned()
     }
 
     /// Stops every agent.

@@ -10,22 +10,34 @@
 //! time before calling `is-leader` for the same reason; Chubby's lease handling and
 //! Kleppmann's fencing-token analysis are the references.)
 //!
-//! Renewal happens every `renew_interval`, well before expiry, so a renewal that fails has
-//! several retries (with exponential backoff and jitter, capped at `retry_period`) before
-//! the guarantee ends. A store that does not answer is never read as "not leader": the
-//! leader stays leader until its guarantee ends, and only a denial or that end deposes it.
-//! This is exactly where Juju 2.9 went wrong: a timed-out renewal answered `is-leader` with
-//! false while the lease was still held.
+//! The holder renews every `renew_interval`. A claim that gets no answer within
+//! `request_timeout` is retried after a backoff (exponential, with jitter, capped at
+//! `retry_period`). A store that does not answer is never read as "not leader": the leader
+//! stays leader until its guarantee ends, and only a denial or that end deposes it. This is
+//! exactly where Juju 2.9 went wrong: a timed-out renewal answered `is-leader` with false
+//! while the lease was still held.
 //!
-//! Defaults: D = 15 s, renew every 5 s, retry within 2 s, drift margin 1 s (a 14 s
-//! guarantee). They follow Kubernetes' client-go leader election (15 s lease, 10 s renew
-//! deadline, 2 s retry); Juju grants 60 s and guarantees 30 s, which trades slower failover
-//! for fewer renewals. A crashed leader is replaced within D plus one retry period.
+//! The margin also buys outage tolerance. Say the last renewal was sent at `s` and the store
+//! then stops answering for less than the guarantee G = D - margin. The outage started by
+//! `s + renew_interval` and so ended before `s + renew_interval + G`; the holder's next claim
+//! lands at most `request_timeout + retry_period` after that. As long as
+//! `renew_interval + request_timeout + retry_period <= margin`, that is before the store's
+//! lease (`s + D`) lapses, so no other unit can take over: an outage shorter than the
+//! guarantee never moves leadership. (A hook may still be interrupted if no renewal
+//! succeeded for a whole guarantee; it commits nothing and runs again.)
+//!
+//! Defaults follow Kubernetes' client-go leader election: a 15 s lease, a 10 s guarantee
+//! (client-go's renew deadline, so a 5 s margin), renewal every 2 s (client-go's retry
+//! period), 1 s request timeout and retry cap (2 + 1 + 1 <= 5). A crashed leader is
+//! replaced within D plus one retry period (16 s): followers poll every `retry_period`.
+//! Juju grants 60 s and guarantees 30 s, which tolerates longer outages but fails over
+//! four times more slowly; pass `--lease-duration 60 --drift-margin 30` for that trade.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout};
@@ -43,7 +55,8 @@ pub struct LeadershipConfig {
     /// The longest wait between retries after a store error, and between claims by a
     /// unit that was denied.
     pub retry_period: Duration,
-    /// How much of the lease the holder does not count on, for clock drift.
+    /// How much of the lease the holder does not count on: for clock drift, and for the
+    /// renewal round trip after an outage (see the module documentation).
     pub drift_margin: Duration,
     /// How long one lease request may take before it counts as unanswered.
     pub request_timeout: Duration,
@@ -53,10 +66,10 @@ impl Default for LeadershipConfig {
     fn default() -> Self {
         LeadershipConfig {
             lease_duration: Duration::from_secs(15),
-            renew_interval: Duration::from_secs(5),
-            retry_period: Duration::from_secs(2),
-            drift_margin: Duration::from_secs(1),
-            request_timeout: Duration::from_secs(2),
+            renew_interval: Duration::from_secs(2),
+            retry_period: Duration::from_secs(1),
+            drift_margin: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -86,6 +99,12 @@ impl LeadershipConfig {
     /// How long a successful claim guarantees leadership, from the instant before it was sent.
     pub fn guarantee(&self) -> Duration {
         self.lease_duration.saturating_sub(self.drift_margin)
+    }
+
+    /// Whether an outage shorter than the guarantee can never move leadership: the
+    /// renewal round trip after it fits in the margin.
+    pub fn tolerates_outages_shorter_than_guarantee(&self) -> bool {
+        self.renew_interval + self.request_timeout + self.retry_period <= self.drift_margin
     }
 
     /// Checks that the timings can keep a leader leading.
@@ -130,9 +149,11 @@ pub struct LeadershipTracker {
 
 impl LeadershipTracker {
     /// Starts claiming and renewing `app`'s lease for `unit` in the background.
-    pub fn spawn(store: Arc<dyn LeaseStore>, app: &str, unit: &str, config: LeadershipConfig) -> Self {
+    /// `seed` seeds the retry jitter, so that a simulation replays exactly.
+    pub fn spawn(store: Arc<dyn LeaseStore>, app: &str, unit: &str, config: LeadershipConfig, seed: u64) -> Self {
         let (tx, rx) = watch::channel(Leadership::Unknown);
-        let task = tokio::spawn(renew_loop(store, app.to_string(), unit.to_string(), config, tx));
+        let rng = StdRng::seed_from_u64(seed);
+        let task = tokio::spawn(renew_loop(store, app.to_string(), unit.to_string(), config, tx, rng));
         LeadershipTracker { app: app.to_string(), unit: unit.to_string(), rx, task }
     }
 
@@ -184,10 +205,10 @@ impl GuaranteeWatch for TermGuarantee {
 
 /// Backoff after `failures` consecutive store errors: exponential from an eighth of the
 /// retry period, capped at it, with jitter so that units do not retry in lockstep.
-fn backoff(config: &LeadershipConfig, failures: u32) -> Duration {
+fn backoff(config: &LeadershipConfig, failures: u32, rng: &mut StdRng) -> Duration {
     let base = config.retry_period / 8;
     let exp = base.saturating_mul(1 << failures.min(16)).min(config.retry_period);
-    let jitter = rand::rng().random_range(0.5..=1.0);
+    let jitter = rng.random_range(0.5..=1.0);
     exp.mul_f64(jitter)
 }
 
@@ -197,6 +218,7 @@ async fn renew_loop(
     unit: String,
     config: LeadershipConfig,
     tx: watch::Sender<Leadership>,
+    mut rng: StdRng,
 ) {
     let mut failures = 0u32;
     loop {
@@ -226,13 +248,13 @@ async fn renew_loop(
                     let new = Leadership::Follower { leader: Some(holder) };
                     if *l == new { false } else { *l = new; true }
                 });
-                now + config.retry_period.mul_f64(rand::rng().random_range(0.75..=1.0))
+                now + config.retry_period.mul_f64(rng.random_range(0.75..=1.0))
             }
             Err(LeaseError::Unavailable(why)) => {
                 failures += 1;
                 // Not an answer: leadership stays as it is until its guarantee ends.
                 tracing::debug!(%unit, failures, "lease store unavailable: {why}");
-                now + backoff(&config, failures)
+                now + backoff(&config, failures, &mut rng)
             }
         };
         // Sleep until the next claim, waking at the guarantee's end to give leadership up

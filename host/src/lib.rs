@@ -27,4 +27,5 @@ mod imports;
 pub mod leadership;
 pub mod model;
 pub mod podspec;
+pub mod sim;
 pub mod store;

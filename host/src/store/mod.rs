@@ -5,12 +5,15 @@
 //! storage so that a commit can check the leadership fence and apply a hook's writes in one
 //! atomic step.
 
+pub mod faults;
 mod lease;
 mod memory;
+mod sqlite;
 mod state;
 
 pub use lease::{Claim, Lease, LeaseError, LeaseStore};
 pub use memory::MemoryStore;
+pub use sqlite::SqliteStore;
 pub use state::{
     AppStatusRow, CommitError, CommitReceipt, Fence, ModelStatus, StateStore, StoreError, UnitStatusRow,
 };

@@ -43,6 +43,14 @@ pub enum StoreError {
     /// The store could not be reached or did not answer. Retry.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The store's data cannot be read: the file is not a database, or is damaged. Nothing
+    /// was written to it.
+    #[error("store corrupt: {0}")]
+    Corrupt(String),
+    /// The store was written by a newer host, or for another model, or by another program.
+    /// Nothing was written to it.
+    #[error("store incompatible: {0}")]
+    Incompatible(String),
 }
 
 /// Why a commit was not applied. Nothing of it was.

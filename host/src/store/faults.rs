@@ -1,0 +1,287 @@
+//! Fault injection around any store: seeded latency, timeouts, transient errors, outage
+//! windows in which every call times out (raft flux), and clock drift between a claimant
+//! and the store. Used by the tests, `charm-host sim` and `charm-host run --faults`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::{Instant, sleep};
+
+use super::{
+    BoxFuture, Claim, CommitError, CommitReceipt, Fence, Lease, LeaseError, LeaseStore, ModelStatus, StateStore,
+    Store, StoreError,
+};
+use crate::model::{ApplicationRecord, Changes, PodSpecRecord, RelationEndpoint, RelationRecord, UnitSnapshot};
+
+/// A window, from the start of the run, in which the store answers nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Outage {
+    /// When it starts.
+    pub start: Duration,
+    /// When it ends.
+    pub end: Duration,
+}
+
+impl Outage {
+    /// How long it lasts.
+    pub fn length(&self) -> Duration {
+        self.end.saturating_sub(self.start)
+    }
+}
+
+/// What goes wrong, and how often. Every draw comes from one generator seeded by `seed`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultPlan {
+    /// Seeds every random draw.
+    pub seed: u64,
+    /// Every answered call takes `latency_min` plus up to `latency_jitter` more.
+    pub latency_min: Duration,
+    /// See `latency_min`.
+    pub latency_jitter: Duration,
+    /// The chance that a call is never answered (it hangs for `hang`, then fails).
+    pub timeout_rate: f64,
+    /// Of the claims never answered, the chance the store applied them anyway (the answer
+    /// was lost on the way back).
+    pub lost_answer_rate: f64,
+    /// The chance that a call fails at once (connection refused).
+    pub error_rate: f64,
+    /// Windows in which every lease and commit call times out.
+    pub outages: Vec<Outage>,
+    /// How long an unanswered call hangs before failing; longer than callers' timeouts.
+    pub hang: Duration,
+    /// Per claimant: how much faster the store's clock runs than the claimant's (0.05 is
+    /// 5%: the store lets a lease lapse 5% sooner than the claimant counts).
+    pub drift: BTreeMap<String, f64>,
+}
+
+impl FaultPlan {
+    /// No faults at all.
+    pub fn none(seed: u64) -> Self {
+        FaultPlan {
+            seed,
+            latency_min: Duration::ZERO,
+            latency_jitter: Duration::ZERO,
+            timeout_rate: 0.0,
+            lost_answer_rate: 0.0,
+            error_rate: 0.0,
+            outages: Vec::new(),
+            hang: Duration::from_secs(30),
+            drift: BTreeMap::new(),
+        }
+    }
+
+    /// Whether `at` (from the start of the run) falls in an outage.
+    pub fn in_outage(&self, at: Duration) -> bool {
+        self.outages.iter().any(|o| o.start <= at && at < o.end)
+    }
+
+    /// The longest outage overlapping `[from, to]`.
+    pub fn longest_outage_between(&self, from: Duration, to: Duration) -> Duration {
+        self.outages.iter().filter(|o| o.start <= to && o.end >= from).map(Outage::length).max().unwrap_or_default()
+    }
+}
+
+/// What the fault injector saw the store accept, for the simulation's checks.
+pub trait StoreObserver: Send + Sync {
+    /// A claim was granted (new or extended).
+    fn claim_granted(&self, app: &str, lease: &Lease, sent_at: Instant);
+    /// A commit was applied.
+    fn commit_accepted(&self, unit: &str, fence: Option<&Fence>);
+}
+
+/// A store wrapped in faults.
+pub struct FaultyStore {
+    inner: Arc<dyn Store>,
+    plan: FaultPlan,
+    rng: Mutex<StdRng>,
+    start: Instant,
+    observer: Option<Arc<dyn StoreObserver>>,
+}
+
+enum Fate {
+    Answer(Duration),
+    Hang,
+    HangButApply,
+    Refuse,
+}
+
+impl FaultyStore {
+    /// Wraps `inner`; the plan's windows count from now.
+    pub fn new(inner: Arc<dyn Store>, plan: FaultPlan, observer: Option<Arc<dyn StoreObserver>>) -> Self {
+        let rng = Mutex::new(StdRng::seed_from_u64(plan.seed));
+        FaultyStore { inner, plan, rng, start: Instant::now(), observer }
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &FaultPlan {
+        &self.plan
+    }
+
+    /// When the run started.
+    pub fn started(&self) -> Instant {
+        self.start
+    }
+
+    fn fate(&self) -> Fate {
+        if self.plan.in_outage(self.start.elapsed()) {
+            return Fate::Hang;
+        }
+        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+        let roll: f64 = rng.random();
+        if roll < self.plan.timeout_rate {
+            if rng.random::<f64>() < self.plan.lost_answer_rate { Fate::HangButApply } else { Fate::Hang }
+        } else if roll < self.plan.timeout_rate + self.plan.error_rate {
+            Fate::Refuse
+        } else {
+            let jitter = self.plan.latency_jitter.mul_f64(rng.random());
+            Fate::Answer(self.plan.latency_min + jitter)
+        }
+    }
+
+    async fn hang(&self) -> String {
+        sleep(self.plan.hang).await;
+        "lease operation timed out".to_string()
+    }
+}
+
+impl LeaseStore for FaultyStore {
+    fn claim<'a>(
+        &'a self,
+        app: &'a str,
+        holder: &'a str,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+        Box::pin(async move {
+            let sent_at = Instant::now();
+            // The store counts the lease on its own clock; a faster store clock is a
+            // shorter lease in the claimant's time.
+            let drift = self.plan.drift.get(holder).copied().unwrap_or(0.0);
+            let store_duration = duration.mul_f64((1.0 - drift).max(0.0));
+            let apply = || async {
+                let claim = self.inner.claim(app, holder, store_duration).await?;
+                Ok::<_, LeaseError>(match claim {
+                    Claim::Held(lease) => {
+                        let lease = Lease { duration, ..lease };
+                        if let Some(o) = &self.observer {
+                            o.claim_granted(app, &lease, sent_at);
+                        }
+                        Claim::Held(lease)
+                    }
+                    denied => denied,
+                })
+            };
+            match self.fate() {
+                Fate::Answer(latency) => {
+                    // Half the latency on the way there, half back.
+                    sleep(latency / 2).await;
+                    let answer = apply().await;
+                    sleep(latency / 2).await;
+                    answer
+                }
+                Fate::Hang => Err(LeaseError::Unavailable(self.hang().await)),
+                Fate::HangButApply => {
+                    let _ = apply().await;
+                    Err(LeaseError::Unavailable(self.hang().await))
+                }
+                Fate::Refuse => Err(LeaseError::Unavailable("connection refused".into())),
+            }
+        })
+    }
+
+    fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.inner.release(app, holder)
+    }
+
+    fn leader<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<Lease>, LeaseError>> {
+        self.inner.leader(app)
+    }
+}
+
+impl StateStore for FaultyStore {
+    fn model_name(&self) -> &str {
+        self.inner.model_name()
+    }
+
+    fn add_application<'a>(&'a self, app: ApplicationRecord) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.add_application(app)
+    }
+
+    fn application<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>> {
+        self.inner.application(name)
+    }
+
+    fn applications(&self) -> BoxFuture<'_, Result<Vec<ApplicationRecord>, StoreError>> {
+        self.inner.applications()
+    }
+
+    fn add_unit<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
+        self.inner.add_unit(app)
+    }
+
+    fn units<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        self.inner.units(app)
+    }
+
+    fn add_relation<'a>(
+        &'a self,
+        interface: &'a str,
+        endpoints: Vec<RelationEndpoint>,
+    ) -> BoxFuture<'a, Result<RelationRecord, StoreError>> {
+        self.inner.add_relation(interface, endpoints)
+    }
+
+    fn relations(&self) -> BoxFuture<'_, Result<Vec<RelationRecord>, StoreError>> {
+        self.inner.relations()
+    }
+
+    fn snapshot<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitSnapshot, StoreError>> {
+        self.inner.snapshot(unit)
+    }
+
+    fn commit<'a>(
+        &'a self,
+        unit: &'a str,
+        changes: &'a Changes,
+        fence: Option<&'a Fence>,
+    ) -> BoxFuture<'a, Result<CommitReceipt, CommitError>> {
+        Box::pin(async move {
+            match self.fate() {
+                Fate::Answer(latency) => {
+                    sleep(latency / 2).await;
+                    let answer = self.inner.commit(unit, changes, fence).await;
+                    if answer.is_ok() {
+                        if let Some(o) = &self.observer {
+                            o.commit_accepted(unit, fence);
+                        }
+                    }
+                    sleep(latency / 2).await;
+                    answer
+                }
+                // A commit that times out is not applied: a lost answer to an applied commit
+                // would make the retried hook apply twice, which the store's idempotent
+                // commit (not yet here) must prevent.
+                Fate::Hang | Fate::HangButApply => Err(StoreError::Unavailable(self.hang().await).into()),
+                Fate::Refuse => Err(StoreError::Unavailable("connection refused".into()).into()),
+            }
+        })
+    }
+
+    fn set_hook_error<'a>(
+        &'a self,
+        unit: &'a str,
+        error: Option<String>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.set_hook_error(unit, error)
+    }
+
+    fn pod_spec<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>> {
+        self.inner.pod_spec(app)
+    }
+
+    fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>> {
+        self.inner.status()
+    }
+}

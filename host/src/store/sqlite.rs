@@ -1,0 +1,978 @@
+//! The embedded durable store: leases and model state in one SQLite file, so a commit checks
+//! the leadership fence and applies a hook's writes in one SQLite transaction.
+//!
+//! # Durability (invariant I6)
+//!
+//! The file is in WAL mode with `synchronous = NORMAL`. A transaction is committed when its
+//! frames have been appended to the `-wal` file with `write(2)`; the data is then in the
+//! operating system's page cache, which outlives the host *process*. So a commit the host
+//! acknowledged survives a crash or `kill -9` of the host. What `NORMAL` gives up, compared
+//! with `FULL`, is the `fsync` on every commit: after a power loss or kernel crash the last
+//! few commits may be rolled back (never torn: the WAL is checksummed, and the database stays
+//! consistent). The WAL is synced at each checkpoint. Process crashes are the failure the host
+//! promises to survive; `FULL` would cost an `fsync` (milliseconds on most disks) per hook.
+//!
+//! # Several processes on one file
+//!
+//! Every write runs in a `BEGIN IMMEDIATE` transaction, which takes the file's write lock
+//! before reading anything, so the fence check of a commit (or the liveness check of a claim)
+//! and its writes are one atomic step across processes. A process that finds the lock taken
+//! waits up to [`BUSY_TIMEOUT`]; after that the operation fails as unavailable (transient,
+//! retry), never as a denial. Reads run in a deferred transaction and see one consistent
+//! snapshot.
+//!
+//! # Time
+//!
+//! A lease's expiry is wall-clock milliseconds since the UNIX epoch, so every process sharing
+//! the file agrees on it (a monotonic `Instant` means nothing to another process). The expiry
+//! is rounded *up* and the current time *down*, so the store holds a lease at least as long
+//! as it granted it: the holder's own guarantee, measured from before its claim and shortened
+//! by a drift margin, ends first. Processes sharing a file must share a clock; a wall clock
+//! stepped backwards lengthens leases, stepped forwards shortens them.
+//!
+//! # Schema versions
+//!
+//! The schema's version is `PRAGMA user_version`; each migration moves it up by one, in one
+//! transaction. A file written by a newer host, a SQLite file of another program, or a file
+//! that is not SQLite at all is refused with [`StoreError::Incompatible`] or
+//! [`StoreError::Corrupt`] before anything is written to it: these checks run on a read-only
+//! connection.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::types::ToSql;
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{
+    AppStatusRow, BoxFuture, Claim, CommitError, CommitReceipt, Fence, Lease, LeaseError, LeaseStore,
+    ModelStatus, StateStore, StoreError, UnitStatusRow,
+};
+use crate::model::{
+    ApplicationRecord, Bag, BagWrites, Changes, CharmMetadata, ConfigValue, PodSpecRecord, RelationEndpoint,
+    RelationId, RelationRecord, RelationView, Status, StatusKind, UnitSnapshot, app_of,
+};
+
+/// How long an operation waits for another process's write transaction before it fails as
+/// unavailable. Commits hold the lock for well under a millisecond; this covers a checkpoint
+/// or a slow disk, and stays far below lease durations so a renewal can still be retried.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The schema version this host writes: the number of migrations.
+pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// Migration `i` moves the schema from version `i` to `i + 1`. Append; never edit.
+const MIGRATIONS: &[&str] = &[SCHEMA_V1];
+
+const SCHEMA_V1: &str = "
+CREATE TABLE model (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    name TEXT NOT NULL
+) STRICT;
+CREATE TABLE applications (
+    name TEXT PRIMARY KEY,
+    charm TEXT NOT NULL,
+    metadata TEXT NOT NULL,      -- CharmMetadata, JSON
+    config TEXT NOT NULL,        -- the operator's settings, JSON
+    status TEXT NOT NULL,        -- Status, JSON
+    next_unit INTEGER NOT NULL
+) STRICT;
+CREATE TABLE units (
+    name TEXT PRIMARY KEY,
+    app TEXT NOT NULL REFERENCES applications (name),
+    number INTEGER NOT NULL,
+    status TEXT NOT NULL,        -- Status, JSON
+    workload_version TEXT NOT NULL,
+    hook_error TEXT,
+    UNIQUE (app, number)
+) STRICT;
+CREATE TABLE leader_data (
+    app TEXT NOT NULL REFERENCES applications (name),
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (app, key)
+) STRICT, WITHOUT ROWID;
+-- AUTOINCREMENT: a relation id is never reused.
+CREATE TABLE relations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    interface TEXT NOT NULL,
+    endpoints TEXT NOT NULL      -- [RelationEndpoint], JSON
+) STRICT;
+CREATE TABLE relation_unit_bags (
+    relation INTEGER NOT NULL REFERENCES relations (id),
+    unit TEXT NOT NULL REFERENCES units (name),
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (relation, unit, key)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE relation_app_bags (
+    relation INTEGER NOT NULL REFERENCES relations (id),
+    app TEXT NOT NULL REFERENCES applications (name),
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (relation, app, key)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE pod_specs (
+    app TEXT PRIMARY KEY REFERENCES applications (name),
+    revision INTEGER NOT NULL,
+    spec TEXT NOT NULL,          -- JSON
+    k8s_resources TEXT           -- JSON
+) STRICT;
+CREATE TABLE stored_state (
+    unit TEXT NOT NULL REFERENCES units (name),
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (unit, key)
+) STRICT, WITHOUT ROWID;
+-- No foreign key: a lease may be claimed before its application is added.
+CREATE TABLE leases (
+    app TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    term INTEGER NOT NULL,
+    expiry_ms INTEGER NOT NULL   -- wall clock, milliseconds since the UNIX epoch
+) STRICT;
+-- Kept after a lease expires or is released, so terms never repeat.
+CREATE TABLE last_terms (
+    app TEXT PRIMARY KEY,
+    term INTEGER NOT NULL
+) STRICT;
+";
+
+/// The first bytes of every SQLite database file.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// Leases and model state in one SQLite database.
+#[derive(Debug)]
+pub struct SqliteStore {
+    model: String,
+    conn: Mutex<Connection>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the store at `path` for model `model`, migrating an older
+    /// schema. Refuses, without writing anything, a file that is not a SQLite database
+    /// ([`StoreError::Corrupt`]), one written by a newer host, by another program or for
+    /// another model ([`StoreError::Incompatible`]).
+    pub fn open(path: &Path, model: &str) -> Result<Self, StoreError> {
+        if check_header(path)? {
+            probe(path)?;
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| open_err(path, e))?;
+        conn.busy_timeout(BUSY_TIMEOUT).db()?;
+        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)).db()?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Unavailable(format!(
+                "{}: cannot use write-ahead logging (journal mode is {mode})",
+                path.display()
+            )));
+        }
+        Self::prepare(conn, model)
+    }
+
+    /// A store in this process's memory, with the same schema and transactions as a file.
+    pub fn in_memory(model: &str) -> Result<Self, StoreError> {
+        let conn = Connection::open_in_memory().db()?;
+        Self::prepare(conn, model)
+    }
+
+    fn prepare(mut conn: Connection, model: &str) -> Result<Self, StoreError> {
+        // NORMAL in WAL mode: durable against process crashes (see the module doc).
+        conn.pragma_update(None, "synchronous", "NORMAL").db()?;
+        conn.pragma_update(None, "foreign_keys", "ON").db()?;
+        conn.set_prepared_statement_cache_capacity(64);
+        migrate(&mut conn)?;
+        bind_model(&mut conn, model)?;
+        Ok(SqliteStore { model: model.to_string(), conn: Mutex::new(conn) })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic inside a transaction drops the `Transaction`, which rolls it back, so a
+        // poisoned connection holds no half-applied commit.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Whether `path` holds data to check; an error if those bytes cannot be a SQLite database.
+/// A missing or empty file is a new database.
+fn check_header(path: &Path) -> Result<bool, StoreError> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(StoreError::Unavailable(format!("{}: {e}", path.display()))),
+    };
+    let mut header = Vec::with_capacity(SQLITE_HEADER.len());
+    (&mut file)
+        .take(SQLITE_HEADER.len() as u64)
+        .read_to_end(&mut header)
+        .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
+    if header.is_empty() {
+        return Ok(false);
+    }
+    if header != SQLITE_HEADER {
+        return Err(StoreError::Corrupt(format!("{} is not a SQLite database", path.display())));
+    }
+    Ok(true)
+}
+
+/// Checks an existing file on a read-only connection, so that refusing it writes nothing
+/// (a read-write connection would set WAL mode, and checkpoint on close).
+fn probe(path: &Path) -> Result<(), StoreError> {
+    let flags =
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| open_err(path, e))?;
+    conn.busy_timeout(BUSY_TIMEOUT).db()?;
+    let version: i32 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(|e| open_err(path, e))?;
+    // Reading the schema makes SQLite parse the whole header and the schema table.
+    let tables: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table'", [], |r| r.get(0))
+        .map_err(|e| open_err(path, e))?;
+    check_version(path, version, tables)
+}
+
+fn check_version(path: &Path, version: i32, tables: i64) -> Result<(), StoreError> {
+    if !(0..=SCHEMA_VERSION).contains(&version) {
+        return Err(StoreError::Incompatible(format!(
+            "{} has schema version {version}, but this host knows versions up to {SCHEMA_VERSION}: \
+             it was written by a newer charm-host",
+            path.display()
+        )));
+    }
+    if version == 0 && tables > 0 {
+        return Err(StoreError::Incompatible(format!(
+            "{} is a SQLite database of another program (it has tables but no charm-host schema)",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+fn open_err(path: &Path, e: rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+            StoreError::Corrupt(format!("{}: {e}", path.display()))
+        }
+        _ => StoreError::Unavailable(format!("{}: {e}", path.display())),
+    }
+}
+
+/// Brings the schema up to [`SCHEMA_VERSION`], under the write lock so that two processes
+/// opening a new file at once migrate it once.
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).db()?;
+    let version: i32 = tx.pragma_query_value(None, "user_version", |r| r.get(0)).db()?;
+    let tables: i64 =
+        tx.query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table'", [], |r| r.get(0)).db()?;
+    check_version(Path::new(tx.path().unwrap_or(":memory:")), version, tables)?;
+    for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        tx.execute_batch(migration).db()?;
+        tx.pragma_update(None, "user_version", from as i32 + 1).db()?;
+    }
+    tx.commit().db()
+}
+
+/// Records the model's name in a new file; refuses a file of another model.
+fn bind_model(conn: &mut Connection, model: &str) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).db()?;
+    tx.execute("INSERT INTO model (id, name) VALUES (1, ?1) ON CONFLICT (id) DO NOTHING", [model]).db()?;
+    let stored: String = tx.query_row("SELECT name FROM model WHERE id = 1", [], |r| r.get(0)).db()?;
+    if stored != model {
+        return Err(StoreError::Incompatible(format!("the store holds model {stored:?}, not {model:?}")));
+    }
+    tx.commit().db()
+}
+
+/// Converts SQLite's errors: lock timeouts and I/O are transient, damage is corruption.
+trait Db<T> {
+    fn db(self) -> Result<T, StoreError>;
+}
+
+impl<T> Db<T> for rusqlite::Result<T> {
+    fn db(self) -> Result<T, StoreError> {
+        self.map_err(|e| match e.sqlite_error_code() {
+            Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => StoreError::Corrupt(e.to_string()),
+            _ => StoreError::Unavailable(format!("sqlite: {e}")),
+        })
+    }
+}
+
+fn lease_err(e: StoreError) -> LeaseError {
+    LeaseError::Unavailable(e.to_string())
+}
+
+fn not_found(what: impl Into<String>) -> StoreError {
+    StoreError::NotFound(what.into())
+}
+
+fn encode(value: &impl Serialize) -> String {
+    // The model types are plain data (string keys, no custom serialisers): this cannot fail.
+    serde_json::to_string(value).expect("model types serialise to JSON")
+}
+
+fn decode<T: DeserializeOwned>(what: &str, text: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+fn now_since_epoch() -> Duration {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
+}
+
+fn floor_ms(t: Duration) -> i64 {
+    i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn ceil_ms(t: Duration) -> i64 {
+    i64::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX)
+}
+
+fn term_of(raw: i64) -> u64 {
+    raw.max(0) as u64
+}
+
+#[derive(Debug)]
+struct LeaseRow {
+    holder: String,
+    term: u64,
+    expiry_ms: i64,
+}
+
+/// The lease on `app` that has not expired at `now_ms`.
+fn live_lease(conn: &Connection, app: &str, now_ms: i64) -> Result<Option<LeaseRow>, StoreError> {
+    conn.prepare_cached("SELECT holder, term, expiry_ms FROM leases WHERE app = ?1 AND expiry_ms > ?2")
+        .db()?
+        .query_row(rusqlite::params![app, now_ms], |r| {
+            Ok(LeaseRow { holder: r.get(0)?, term: term_of(r.get(1)?), expiry_ms: r.get(2)? })
+        })
+        .optional()
+        .db()
+}
+
+impl LeaseStore for SqliteStore {
+    fn claim<'a>(
+        &'a self,
+        app: &'a str,
+        holder: &'a str,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+        Box::pin(async move {
+            let mut conn = self.lock();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).db().map_err(lease_err)?;
+            // Taken under the write lock: the lease runs from when the store handles the claim.
+            let now = now_since_epoch();
+            let expiry_ms = ceil_ms(now.saturating_add(duration));
+            let claim = match live_lease(&tx, app, floor_ms(now)).map_err(lease_err)? {
+                Some(live) if live.holder != holder => Claim::Denied { holder: live.holder, term: live.term },
+                Some(live) => {
+                    tx.prepare_cached("UPDATE leases SET expiry_ms = ?2 WHERE app = ?1")
+                        .and_then(|mut s| s.execute(rusqlite::params![app, expiry_ms]))
+                        .db()
+                        .map_err(lease_err)?;
+                    Claim::Held(Lease { holder: live.holder, term: live.term, duration })
+                }
+                None => {
+                    let last: Option<i64> = tx
+                        .prepare_cached("SELECT term FROM last_terms WHERE app = ?1")
+                        .and_then(|mut s| s.query_row([app], |r| r.get(0)).optional())
+                        .db()
+                        .map_err(lease_err)?;
+                    let term = last.unwrap_or(0) + 1;
+                    tx.prepare_cached(
+                        "INSERT INTO last_terms (app, term) VALUES (?1, ?2)
+                         ON CONFLICT (app) DO UPDATE SET term = excluded.term",
+                    )
+                    .and_then(|mut s| s.execute(rusqlite::params![app, term]))
+                    .db()
+                    .map_err(lease_err)?;
+                    tx.prepare_cached(
+                        "INSERT INTO leases (app, holder, term, expiry_ms) VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (app) DO UPDATE
+                         SET holder = excluded.holder, term = excluded.term, expiry_ms = excluded.expiry_ms",
+                    )
+                    .and_then(|mut s| s.execute(rusqlite::params![app, holder, term, expiry_ms]))
+                    .db()
+                    .map_err(lease_err)?;
+                    Claim::Held(Lease { holder: holder.to_string(), term: term_of(term), duration })
+                }
+            };
+            tx.commit().db().map_err(lease_err)?;
+            Ok(claim)
+        })
+    }
+
+    fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(async move {
+            let conn = self.lock();
+            // One statement is its own transaction; `last_terms` keeps the term.
+            conn.prepare_cached("DELETE FROM leases WHERE app = ?1 AND holder = ?2")
+                .and_then(|mut s| s.execute([app, holder]))
+                .db()
+                .map_err(lease_err)?;
+            Ok(())
+        })
+    }
+
+    fn leader<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<Lease>, LeaseError>> {
+        Box::pin(async move {
+            let conn = self.lock();
+            let now = now_since_epoch();
+            let lease = live_lease(&conn, app, floor_ms(now)).map_err(lease_err)?;
+            // As the memory store does: the time the lease has left. Measured from the next
+            // whole millisecond, so it never exceeds what was granted (for whole-millisecond
+            // durations) and errs short, the safe side for anyone relying on it.
+            Ok(lease.map(|l| Lease {
+                holder: l.holder,
+                term: l.term,
+                duration: Duration::from_millis((l.expiry_ms - ceil_ms(now)).max(0) as u64),
+            }))
+        })
+    }
+}
+
+/// A data bag's table: the statements that write one key of one bag. The bag's owner is the
+/// first parameters, then the key, then the value.
+struct BagTable {
+    upsert: &'static str,
+    delete: &'static str,
+}
+
+const UNIT_BAGS: BagTable = BagTable {
+    // The WHERE makes an unchanged value no change at all, so `execute` reports 0 rows.
+    upsert: "INSERT INTO relation_unit_bags (relation, unit, key, value) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (relation, unit, key) DO UPDATE SET value = excluded.value
+             WHERE value IS NOT excluded.value",
+    delete: "DELETE FROM relation_unit_bags WHERE relation = ?1 AND unit = ?2 AND key = ?3",
+};
+
+const APP_BAGS: BagTable = BagTable {
+    upsert: "INSERT INTO relation_app_bags (relation, app, key, value) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (relation, app, key) DO UPDATE SET value = excluded.value
+             WHERE value IS NOT excluded.value",
+    delete: "DELETE FROM relation_app_bags WHERE relation = ?1 AND app = ?2 AND key = ?3",
+};
+
+const LEADER_DATA: BagTable = BagTable {
+    upsert: "INSERT INTO leader_data (app, key, value) VALUES (?1, ?2, ?3)
+             ON CONFLICT (app, key) DO UPDATE SET value = excluded.value
+             WHERE value IS NOT excluded.value",
+    delete: "DELETE FROM leader_data WHERE app = ?1 AND key = ?2",
+};
+
+const STORED_STATE: BagTable = BagTable {
+    upsert: "INSERT INTO stored_state (unit, key, value) VALUES (?1, ?2, ?3)
+             ON CONFLICT (unit, key) DO UPDATE SET value = excluded.value
+             WHERE value IS NOT excluded.value",
+    delete: "DELETE FROM stored_state WHERE unit = ?1 AND key = ?2",
+};
+
+/// Applies `writes` to one bag, as [`crate::model::apply_writes`] does; whether anything
+/// changed.
+fn write_bag(
+    conn: &Connection,
+    table: &BagTable,
+    owner: &[&dyn ToSql],
+    writes: &BagWrites,
+) -> Result<bool, StoreError> {
+    let mut changed = false;
+    for (key, value) in writes {
+        let mut params: Vec<&dyn ToSql> = owner.to_vec();
+        params.push(key);
+        let rows = match value {
+            Some(v) => {
+                params.push(v);
+                conn.prepare_cached(table.upsert).and_then(|mut s| s.execute(params.as_slice())).db()?
+            }
+            None => conn.prepare_cached(table.delete).and_then(|mut s| s.execute(params.as_slice())).db()?,
+        };
+        changed |= rows > 0;
+    }
+    Ok(changed)
+}
+
+fn read_bag(conn: &Connection, sql: &str, owner: &[&dyn ToSql]) -> Result<Bag, StoreError> {
+    let mut stmt = conn.prepare_cached(sql).db()?;
+    let rows = stmt.query_map(owner, |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).db()?;
+    rows.collect::<rusqlite::Result<Bag>>().db()
+}
+
+/// Keyed bags of one relation: owner -> key -> value.
+fn read_relation_bags(conn: &Connection, sql: &str, relation: RelationId) -> Result<BTreeMap<String, Bag>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql).db()?;
+    let mut rows = stmt.query([relation]).db()?;
+    let mut bags: BTreeMap<String, Bag> = BTreeMap::new();
+    while let Some(r) = rows.next().db()? {
+        let (owner, key, value): (String, String, String) = (r.get(0).db()?, r.get(1).db()?, r.get(2).db()?);
+        bags.entry(owner).or_default().insert(key, value);
+    }
+    Ok(bags)
+}
+
+fn read_relations(conn: &Connection) -> Result<Vec<RelationRecord>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT id, interface, endpoints FROM relations ORDER BY id").db()?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+        .db()?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .db()?;
+    rows.into_iter().map(|(id, interface, endpoints)| relation_record(id, interface, &endpoints)).collect()
+}
+
+fn relation_record(id: i64, interface: String, endpoints: &str) -> Result<RelationRecord, StoreError> {
+    let id = RelationId::try_from(id).map_err(|_| StoreError::Corrupt(format!("relation id {id} out of range")))?;
+    let endpoints = decode(&format!("endpoints of relation {id}"), endpoints)?;
+    Ok(RelationRecord { id, interface, endpoints })
+}
+
+fn unit_names(conn: &Connection, app: &str) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT name FROM units WHERE app = ?1 ORDER BY number").db()?;
+    let names = stmt.query_map([app], |r| r.get(0)).db()?.collect::<rusqlite::Result<Vec<String>>>().db()?;
+    Ok(names)
+}
+
+fn app_exists(conn: &Connection, app: &str) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT 1 FROM applications WHERE name = ?1").and_then(|mut s| s.exists([app])).db()
+}
+
+fn application_record(conn: &Connection, name: &str) -> Result<Option<ApplicationRecord>, StoreError> {
+    let row = conn
+        .prepare_cached("SELECT charm, metadata, config FROM applications WHERE name = ?1")
+        .and_then(|mut s| {
+            s.query_row([name], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+                .optional()
+        })
+        .db()?;
+    row.map(|(charm, metadata, config)| app_from_row(name.to_string(), charm, &metadata, &config)).transpose()
+}
+
+fn app_from_row(name: String, charm: String, metadata: &str, config: &str) -> Result<ApplicationRecord, StoreError> {
+    let metadata: CharmMetadata = decode(&format!("metadata of {name}"), metadata)?;
+    let config: BTreeMap<String, ConfigValue> = decode(&format!("config of {name}"), config)?;
+    Ok(ApplicationRecord { name, charm, metadata, config })
+}
+
+/// Whether a stored JSON text holds `value`. The text is compared first (the common, cheap
+/// case); parsing is the fallback for texts that differ only in form.
+fn same_json(stored: &str, text: &str, value: &serde_json::Value) -> bool {
+    stored == text || serde_json::from_str::<serde_json::Value>(stored).is_ok_and(|v| v == *value)
+}
+
+/// A hook's commit, inside the caller's `BEGIN IMMEDIATE` transaction.
+fn commit_in(
+    conn: &Connection,
+    unit: &str,
+    changes: &Changes,
+    fence: Option<&Fence>,
+) -> Result<CommitReceipt, CommitError> {
+    let app = app_of(unit);
+    // Validate everything first: once writing starts, only SQLite itself can fail, and then
+    // the transaction is rolled back.
+    let unit_exists = conn.prepare_cached("SELECT 1 FROM units WHERE name = ?1").and_then(|mut s| s.exists([unit])).db()?;
+    if !unit_exists {
+        return Err(not_found(format!("unit {unit}")).into());
+    }
+    match fence {
+        Some(f) => {
+            // Read under the write lock, so no claim can slip in before the writes below.
+            let now_ms = floor_ms(now_since_epoch());
+            let holds = f.app == app
+                && f.holder == unit
+                && live_lease(conn, &f.app, now_ms)?.is_some_and(|l| l.holder == f.holder && l.term == f.term);
+            if !holds {
+                return Err(CommitError::Fenced { fence: f.clone() });
+            }
+        }
+        None if changes.needs_fence() => return Err(CommitError::Unfenced),
+        None => {}
+    }
+    for id in changes.unit_bags.keys().chain(changes.app_bags.keys()) {
+        let endpoints: Option<String> = conn
+            .prepare_cached("SELECT endpoints FROM relations WHERE id = ?1")
+            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+            .db()?;
+        let visible = match endpoints {
+            Some(text) => decode::<Vec<RelationEndpoint>>(&format!("endpoints of relation {id}"), &text)?
+                .iter()
+                .any(|e| e.app == app),
+            None => false,
+        };
+        if !visible {
+            return Err(not_found(format!("relation {id}")).into());
+        }
+    }
+
+    let mut receipt = CommitReceipt::default();
+    for (id, writes) in &changes.unit_bags {
+        if write_bag(conn, &UNIT_BAGS, &[id, &unit], writes)? {
+            receipt.unit_bags_changed.push(*id);
+        }
+    }
+    for (id, writes) in &changes.app_bags {
+        if write_bag(conn, &APP_BAGS, &[id, &app], writes)? {
+            receipt.app_bags_changed.push(*id);
+        }
+    }
+    receipt.leader_data_changed = write_bag(conn, &LEADER_DATA, &[&app], &changes.leader_data)?;
+    if let Some(status) = &changes.app_status {
+        conn.prepare_cached("UPDATE applications SET status = ?2 WHERE name = ?1")
+            .and_then(|mut s| s.execute(rusqlite::params![app, encode(status)]))
+            .db()?;
+    }
+    if let Some(write) = &changes.pod_spec {
+        let current: Option<(i64, String, Option<String>)> = conn
+            .prepare_cached("SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1")
+            .and_then(|mut s| s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional())
+            .db()?;
+        let spec = encode(&write.spec);
+        let resources = write.k8s_resources.as_ref().map(encode);
+        let unchanged = current.as_ref().is_some_and(|(_, stored_spec, stored_resources)| {
+            same_json(stored_spec, &spec, &write.spec)
+                && match (stored_resources, &resources, &write.k8s_resources) {
+                    (None, None, None) => true,
+                    (Some(stored), Some(text), Some(value)) => same_json(stored, text, value),
+                    _ => false,
+                }
+        });
+        if !unchanged {
+            let revision = current.map_or(1, |(revision, ..)| revision + 1);
+            conn.prepare_cached(
+                "INSERT INTO pod_specs (app, revision, spec, k8s_resources) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (app) DO UPDATE
+                 SET revision = excluded.revision, spec = excluded.spec, k8s_resources = excluded.k8s_resources",
+            )
+            .and_then(|mut s| s.execute(rusqlite::params![app, revision, spec, resources]))
+            .db()?;
+            receipt.pod_spec_revision = Some(term_of(revision));
+        }
+    }
+    if let Some(status) = &changes.unit_status {
+        conn.prepare_cached("UPDATE units SET status = ?2 WHERE name = ?1")
+            .and_then(|mut s| s.execute(rusqlite::params![unit, encode(status)]))
+            .db()?;
+    }
+    if let Some(version) = &changes.workload_version {
+        conn.prepare_cached("UPDATE units SET workload_version = ?2 WHERE name = ?1")
+            .and_then(|mut s| s.execute([unit, version.as_str()]))
+            .db()?;
+    }
+    write_bag(conn, &STORED_STATE, &[&unit], &changes.stored)?;
+    Ok(receipt)
+}
+
+fn snapshot_in(conn: &Connection, model: &str, unit: &str) -> Result<UnitSnapshot, StoreError> {
+    let app_name = app_of(unit);
+    let unit_status: String = conn
+        .prepare_cached("SELECT status FROM units WHERE name = ?1")
+        .and_then(|mut s| s.query_row([unit], |r| r.get(0)).optional())
+        .db()?
+        .ok_or_else(|| not_found(format!("unit {unit}")))?;
+    let app_row: (String, String, String, String) = conn
+        .prepare_cached("SELECT charm, metadata, config, status FROM applications WHERE name = ?1")
+        .and_then(|mut s| s.query_row([app_name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).optional())
+        .db()?
+        .ok_or_else(|| not_found(format!("application {app_name}")))?;
+    let (charm, metadata, config, app_status) = app_row;
+    let record = app_from_row(app_name.to_string(), charm, &metadata, &config)?;
+
+    let mut config = BTreeMap::new();
+    for option in &record.metadata.config {
+        if let Some(d) = &option.default {
+            config.insert(option.name.clone(), d.clone());
+        }
+    }
+    config.extend(record.config);
+
+    let mut relations = BTreeMap::new();
+    for rel in read_relations(conn)? {
+        let (Some(local), Some(remote)) = (rel.local(app_name), rel.remote(app_name)) else {
+            continue;
+        };
+        let remote_units: Vec<String> =
+            unit_names(conn, &remote.app)?.into_iter().filter(|u| u.as_str() != unit).collect();
+        let mut stored_unit_bags = read_relation_bags(
+            conn,
+            "SELECT unit, key, value FROM relation_unit_bags WHERE relation = ?1",
+            rel.id,
+        )?;
+        let mut stored_app_bags =
+            read_relation_bags(conn, "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1", rel.id)?;
+        let mut unit_bags = BTreeMap::new();
+        for name in remote_units.iter().map(String::as_str).chain([unit]) {
+            unit_bags.insert(name.to_string(), stored_unit_bags.remove(name).unwrap_or_default());
+        }
+        let mut app_bags = BTreeMap::new();
+        for name in [app_name, remote.app.as_str()] {
+            let bag = stored_app_bags.remove(name).or_else(|| app_bags.get(name).cloned()).unwrap_or_default();
+            app_bags.insert(name.to_string(), bag);
+        }
+        relations.insert(
+            rel.id,
+            RelationView {
+                id: rel.id,
+                endpoint: local.endpoint.clone(),
+                remote_app: remote.app.clone(),
+                remote_units,
+                unit_bags,
+                app_bags,
+            },
+        );
+    }
+    Ok(UnitSnapshot {
+        model: model.to_string(),
+        unit: unit.to_string(),
+        app: app_name.to_string(),
+        config,
+        relations,
+        leader_data: read_bag(conn, "SELECT key, value FROM leader_data WHERE app = ?1", &[&app_name])?,
+        unit_status: decode(&format!("status of {unit}"), &unit_status)?,
+        app_status: decode(&format!("status of {app_name}"), &app_status)?,
+        stored: read_bag(conn, "SELECT key, value FROM stored_state WHERE unit = ?1", &[&unit])?,
+    })
+}
+
+fn status_in(conn: &Connection) -> Result<ModelStatus, StoreError> {
+    let now_ms = floor_ms(now_since_epoch());
+    type AppRow = (String, String, String, Option<i64>, Option<String>, Option<i64>, Option<i64>);
+    let apps: Vec<AppRow> = conn
+        .prepare_cached(
+            "SELECT a.name, a.charm, a.status, p.revision, l.holder, l.term, l.expiry_ms
+             FROM applications a
+             LEFT JOIN pod_specs p ON p.app = a.name
+             LEFT JOIN leases l ON l.app = a.name
+             ORDER BY a.name",
+        )
+        .and_then(|mut s| {
+            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)))?
+                .collect()
+        })
+        .db()?;
+    let mut status = ModelStatus::default();
+    for (name, charm, app_status, revision, holder, term, expiry_ms) in apps {
+        let lease = match (holder, term, expiry_ms) {
+            (Some(holder), Some(term), Some(expiry_ms)) if expiry_ms > now_ms => Some((holder, term_of(term))),
+            _ => None,
+        };
+        type UnitRow = (String, String, String, Option<String>);
+        let units: Vec<UnitRow> = conn
+            .prepare_cached(
+                "SELECT name, status, workload_version, hook_error FROM units WHERE app = ?1 ORDER BY number",
+            )
+            .and_then(|mut s| s.query_map([&name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect())
+            .db()?;
+        for (unit, unit_status, workload_version, hook_error) in units {
+            status.units.push(UnitStatusRow {
+                leader: lease.as_ref().is_some_and(|(h, _)| *h == unit),
+                status: match hook_error {
+                    Some(e) => Status::new(StatusKind::Error, e),
+                    None => decode(&format!("status of {unit}"), &unit_status)?,
+                },
+                name: unit,
+                workload_version,
+            });
+        }
+        status.applications.push(AppStatusRow {
+            status: decode(&format!("status of {name}"), &app_status)?,
+            name,
+            charm,
+            leader: lease.as_ref().map(|(h, _)| h.clone()),
+            term: lease.map(|(_, t)| t),
+            pod_spec_revision: revision.map(term_of),
+        });
+    }
+    Ok(status)
+}
+
+impl StateStore for SqliteStore {
+    fn model_name(&self) -> &str {
+        &self.model
+    }
+
+    fn add_application<'a>(&'a self, app: ApplicationRecord) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.lock();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).db()?;
+            if app_exists(&tx, &app.name)? {
+                return Err(StoreError::AlreadyExists(format!("application {}", app.name)));
+            }
+            tx.execute(
+                "INSERT INTO applications (name, charm, metadata, config, status, next_unit)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+                rusqlite::params![
+                    app.name,
+                    app.charm,
+                    encode(&app.metadata),
+                    encode(&app.config),
+                    encode(&Status::default())
+                ],
+            )
+            .db()?;
+            tx.commit().db()
+        })
+    }
+
+    fn application<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>> {
+        Box::pin(async move {
+            let conn = self.lock();
+            application_record(&conn, name)?.ok_or_else(|| not_found(format!("application {name}")))
+        })
+    }
+
+    fn applications(&self) -> BoxFuture<'_, Result<Vec<ApplicationRecord>, StoreError>> {
+        Box::pin(async move {
+            let conn = self.lock();
+            let rows: Vec<(String, String, String, String)> = conn
+                .prepare_cached("SELECT name, charm, metadata, config FROM applications ORDER BY name")
+                .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect())
+                .db()?;
+            rows.into_iter().map(|(name, charm, metadata, config)| app_from_row(name, charm, &metadata, &config)).collect()
+        })
+    }
+
+    fn add_unit<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.lock();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).db()?;
+            let number: i64 = tx
+                .query_row("SELECT next_unit FROM applications WHERE name = ?1", [app], |r| r.get(0))
+                .optional()
+                .db()?
+                .ok_or_else(|| not_found(format!("application {app}")))?;
+            let name = format!("{app}/{number}");
+            tx.execute(
+                "INSERT INTO units (name, app, number, status, workload_version, hook_error)
+                 VALUES (?1, ?2, ?3, ?4, '', NULL)",
+                rusqlite::params![name, app, number, encode(&Status::default())],
+            )
+            .db()?;
+            tx.execute("UPDATE applications SET next_unit = ?2 WHERE name = ?1", rusqlite::params![app, number + 1])
+                .db()?;
+            tx.commit().db()?;
+            Ok(name)
+        })
+    }
+
+    fn units<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.lock();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).db()?;
+            if !app_exists(&tx, app)? {
+                return Err(not_found(format!("application {app}")));
+            }
+            unit_names(&tx, app)
+        })
+    }
+
+    fn add_relation<'a>(
+        &'a self,
+        interface: &'a str,
+        endpoints: Vec<RelationEndpoint>,
+    ) -> BoxFuture<'a, Result<RelationRecord, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.lock();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).db()?;
+            for e in &endpoints {
+                if !app_exists(&tx, &e.app)? {
+                    return Err(not_found(format!("application {}", e.app)));
+                }
+            }
+            if let Some(existing) = read_relations(&tx)?.into_iter().find(|r| r.endpoints == endpoints) {
+                return Err(StoreError::AlreadyExists(format!("relation {}", existing.id)));
+            }
+            tx.execute(
+                "INSERT INTO relations (interface, endpoints) VALUES (?1, ?2)",
+                [interface, encode(&endpoints).as_str()],
+            )
+            .db()?;
+            let record = relation_record(tx.last_insert_rowid(), interface.to_string(), &encode(&endpoints))?;
+            tx.commit().db()?;
+            Ok(record)
+        })
+    }
+
+    fn relations(&self) -> BoxFuture<'_, Result<Vec<RelationRecord>, StoreError>> {
+        Box::pin(async move { read_relations(&self.lock()) })
+    }
+
+    fn snapshot<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitSnapshot, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.lock();
+            // One read transaction: the hook sees one instant of the model.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).db()?;
+            snapshot_in(&tx, &self.model, unit)
+        })
+    }
+
+    fn commit<'a>(
+        &'a self,
+        unit: &'a str,
+        changes: &'a Changes,
+        fence: Option<&'a Fence>,
+    ) -> BoxFuture<'a, Result<CommitReceipt, CommitError>> {
+        Box::pin(async move {
+            let mut conn = self.lock();
+            // IMMEDIATE: the write lock is held from the fence check to the commit, across
+            // every process sharing the file. An error returns before `commit` and dropping
+            // the transaction rolls back whatever was written.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).db()?;
+            let receipt = commit_in(&tx, unit, changes, fence)?;
+            tx.commit().db()?;
+            Ok(receipt)
+        })
+    }
+
+    fn set_hook_error<'a>(
+        &'a self,
+        unit: &'a str,
+        error: Option<String>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let conn = self.lock();
+            let rows = conn
+                .prepare_cached("UPDATE units SET hook_error = ?2 WHERE name = ?1")
+                .and_then(|mut s| s.execute(rusqlite::params![unit, error]))
+                .db()?;
+            if rows == 0 {
+                return Err(not_found(format!("unit {unit}")));
+            }
+            Ok(())
+        })
+    }
+
+    fn pod_spec<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.lock();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).db()?;
+            if !app_exists(&tx, app)? {
+                return Err(not_found(format!("application {app}")));
+            }
+            let row: Option<(i64, String, Option<String>)> = tx
+                .prepare_cached("SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1")
+                .and_then(|mut s| s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional())
+                .db()?;
+            row.map(|(revision, spec, resources)| {
+                Ok(PodSpecRecord {
+                    revision: term_of(revision),
+                    spec: decode(&format!("pod spec of {app}"), &spec)?,
+                    k8s_resources: resources
+                        .map(|r| decode(&format!("k8s resources of {app}"), &r))
+                        .transpose()?,
+                })
+            })
+            .transpose()
+        })
+    }
+
+    fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.lock();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).db()?;
+            status_in(&tx)
+        })
+    }
+}

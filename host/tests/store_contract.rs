@@ -1,0 +1,861 @@
+//! The store contract: one suite of properties, run against every backend.
+//!
+//! Each property is an `async fn(&dyn Store)`; `contract!` instantiates every property once
+//! per backend (`memory::*`, `sqlite::*`), so a new backend joins by adding one module line.
+//! After the suite, `sqlite_only` holds what only a file-backed store can show: durability
+//! across reopen, refusal of files it must not touch, and two handles on one file.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use charm_host::model::{
+    ApplicationRecord, BagWrites, Changes, CharmMetadata, ConfigOptionMeta, ConfigValue, EndpointMeta, OptionType,
+    PodSpecWrite, RelationEndpoint, RelationRecord, RelationRole, Status, StatusKind,
+};
+use charm_host::store::{
+    Claim, CommitError, CommitReceipt, Fence, Lease, LeaseStore, MemoryStore, SqliteStore, StateStore, Store, StoreError,
+};
+use serde_json::json;
+
+/// A short lease, for tests that wait for expiry.
+const SHORT: Duration = Duration::from_millis(60);
+/// Long enough to outlast any test.
+const LONG: Duration = Duration::from_secs(600);
+/// How long to sleep for a `SHORT` lease to be surely expired.
+const PAST_SHORT: Duration = Duration::from_millis(100);
+
+// ---------------------------------------------------------------- fixtures
+
+fn metadata(name: &str, relations: Vec<EndpointMeta>) -> CharmMetadata {
+    CharmMetadata {
+        name: name.into(),
+        summary: format!("{name} for tests"),
+        relations,
+        config: vec![
+            ConfigOptionMeta {
+                name: "port".into(),
+                kind: OptionType::Int,
+                default: Some(ConfigValue::Int(80)),
+                description: "listen port".into(),
+            },
+            ConfigOptionMeta {
+                name: "greeting".into(),
+                kind: OptionType::String,
+                default: Some(ConfigValue::String("hello".into())),
+                description: "what to say".into(),
+            },
+            ConfigOptionMeta {
+                name: "ratio".into(),
+                kind: OptionType::Float,
+                default: None,
+                description: "no default".into(),
+            },
+        ],
+        actions: vec![],
+    }
+}
+
+fn endpoint(name: &str, role: RelationRole, interface: &str) -> EndpointMeta {
+    EndpointMeta { name: name.into(), role, interface: interface.into(), limit: None }
+}
+
+fn side(app: &str, endpoint: &str) -> RelationEndpoint {
+    RelationEndpoint { app: app.into(), endpoint: endpoint.into() }
+}
+
+fn writes(pairs: &[(&str, Option<&str>)]) -> BagWrites {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.map(str::to_string))).collect()
+}
+
+fn status(kind: StatusKind, message: &str) -> Status {
+    Status::new(kind, message)
+}
+
+/// `web` (3 units, greeting set to "hi") related to `db` (1 unit) over `pgsql`, `web` with a
+/// peer relation, and `other` (1 unit) related to `db` too.
+struct Model {
+    web_db: RelationRecord,
+    peers: RelationRecord,
+    other_db: RelationRecord,
+}
+
+async fn deploy(store: &dyn Store) -> Model {
+    let web = ApplicationRecord {
+        name: "web".into(),
+        charm: "charms/web.wasm".into(),
+        metadata: metadata(
+            "web",
+            vec![endpoint("db", RelationRole::Requires, "pgsql"), endpoint("cluster", RelationRole::Peers, "web-peers")],
+        ),
+        config: BTreeMap::from([("greeting".to_string(), ConfigValue::String("hi".into()))]),
+    };
+    let db = ApplicationRecord {
+        name: "db".into(),
+        charm: "charms/db.wasm".into(),
+        metadata: metadata("db", vec![endpoint("db", RelationRole::Provides, "pgsql")]),
+        config: BTreeMap::new(),
+    };
+    let other = ApplicationRecord {
+        name: "other".into(),
+        charm: "charms/other.wasm".into(),
+        metadata: metadata("other", vec![endpoint("db", RelationRole::Requires, "pgsql")]),
+        config: BTreeMap::new(),
+    };
+    for app in [web, db, other] {
+        store.add_application(app).await.unwrap();
+    }
+    for _ in 0..3 {
+        store.add_unit("web").await.unwrap();
+    }
+    store.add_unit("db").await.unwrap();
+    store.add_unit("other").await.unwrap();
+    let web_db = store.add_relation("pgsql", vec![side("web", "db"), side("db", "db")]).await.unwrap();
+    let peers = store.add_relation("web-peers", vec![side("web", "cluster")]).await.unwrap();
+    let other_db = store.add_relation("pgsql", vec![side("other", "db"), side("db", "db")]).await.unwrap();
+    Model { web_db, peers, other_db }
+}
+
+async fn hold(store: &dyn Store, app: &str, unit: &str, duration: Duration) -> Fence {
+    match store.claim(app, unit, duration).await.unwrap() {
+        Claim::Held(lease) => Fence { app: app.into(), holder: unit.into(), term: lease.term },
+        denied => panic!("{unit} could not take {app}'s lease: {denied:?}"),
+    }
+}
+
+/// Every kind of write a leader's hook makes.
+fn leader_hook(m: &Model) -> Changes {
+    Changes {
+        unit_bags: BTreeMap::from([(m.web_db.id, writes(&[("host", Some("web-0"))]))]),
+        app_bags: BTreeMap::from([(m.web_db.id, writes(&[("database", Some("web"))]))]),
+        leader_data: writes(&[("secret", Some("s3cret"))]),
+        pod_spec: Some(PodSpecWrite { spec: json!({"containers": [{"name": "web"}]}), k8s_resources: None }),
+        unit_status: Some(status(StatusKind::Active, "ready")),
+        app_status: Some(status(StatusKind::Active, "serving")),
+        workload_version: Some("1.2.3".into()),
+        stored: writes(&[("installed", Some("yes"))]),
+    }
+}
+
+/// Asserts that none of `leader_hook`'s writes are in the store.
+async fn assert_nothing_applied(store: &dyn Store, m: &Model) {
+    let snap = store.snapshot("web/0").await.unwrap();
+    let rel = &snap.relations[&m.web_db.id];
+    assert!(rel.unit_bags["web/0"].is_empty(), "unit bag written: {:?}", rel.unit_bags);
+    assert!(rel.app_bags["web"].is_empty(), "app bag written: {:?}", rel.app_bags);
+    assert!(snap.leader_data.is_empty(), "leader data written: {:?}", snap.leader_data);
+    assert!(snap.stored.is_empty(), "stored state written: {:?}", snap.stored);
+    assert_eq!(snap.unit_status, Status::default());
+    assert_eq!(snap.app_status, Status::default());
+    assert_eq!(store.pod_spec("web").await.unwrap(), None);
+    let status = store.status().await.unwrap();
+    let row = status.units.iter().find(|u| u.name == "web/0").unwrap();
+    assert_eq!(row.workload_version, "");
+}
+
+// ---------------------------------------------------------------- leases
+
+async fn first_claim_gets_term_one(store: &dyn Store) {
+    let claim = store.claim("web", "web/0", LONG).await.unwrap();
+    assert_eq!(claim, Claim::Held(Lease { holder: "web/0".into(), term: 1, duration: LONG }));
+    let leader = store.leader("web").await.unwrap().expect("a live lease");
+    assert_eq!((leader.holder.as_str(), leader.term), ("web/0", 1));
+    assert!(leader.duration <= LONG && leader.duration > LONG - Duration::from_secs(5), "{leader:?}");
+    assert_eq!(store.leader("db").await.unwrap(), None);
+}
+
+async fn holder_claim_extends_and_keeps_term(store: &dyn Store) {
+    let lease = Duration::from_millis(150);
+    hold(store, "web", "web/0", lease).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let again = store.claim("web", "web/0", lease).await.unwrap();
+    assert_eq!(again, Claim::Held(Lease { holder: "web/0".into(), term: 1, duration: lease }));
+    // 200 ms after the first claim: only the extension keeps it alive.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let leader = store.leader("web").await.unwrap().expect("the extension keeps the lease");
+    assert_eq!((leader.holder.as_str(), leader.term), ("web/0", 1));
+}
+
+async fn other_claim_denied_while_lease_live(store: &dyn Store) {
+    hold(store, "web", "web/0", LONG).await;
+    let claim = store.claim("web", "web/1", LONG).await.unwrap();
+    assert_eq!(claim, Claim::Denied { holder: "web/0".into(), term: 1 });
+    let leader = store.leader("web").await.unwrap().unwrap();
+    assert_eq!((leader.holder.as_str(), leader.term), ("web/0", 1));
+}
+
+async fn expired_lease_goes_to_next_claimant_with_next_term(store: &dyn Store) {
+    hold(store, "web", "web/0", SHORT).await;
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(store.leader("web").await.unwrap(), None, "the lease outlived its duration");
+    let claim = store.claim("web", "web/1", LONG).await.unwrap();
+    assert_eq!(claim, Claim::Held(Lease { holder: "web/1".into(), term: 2, duration: LONG }));
+}
+
+async fn holder_reclaiming_after_expiry_gets_new_term(store: &dyn Store) {
+    hold(store, "web", "web/0", SHORT).await;
+    tokio::time::sleep(PAST_SHORT).await;
+    let claim = store.claim("web", "web/0", LONG).await.unwrap();
+    assert_eq!(claim, Claim::Held(Lease { holder: "web/0".into(), term: 2, duration: LONG }));
+}
+
+async fn release_frees_lease_and_terms_never_repeat(store: &dyn Store) {
+    hold(store, "web", "web/0", LONG).await;
+    // Only the holder can release.
+    store.release("web", "web/1").await.unwrap();
+    assert_eq!(store.leader("web").await.unwrap().map(|l| l.holder), Some("web/0".into()));
+    store.release("web", "web/0").await.unwrap();
+    assert_eq!(store.leader("web").await.unwrap(), None);
+    let mut terms = vec![1];
+    for unit in ["web/1", "web/0", "web/0", "web/2"] {
+        let fence = hold(store, "web", unit, LONG).await;
+        terms.push(fence.term);
+        store.release("web", unit).await.unwrap();
+    }
+    assert_eq!(terms, [1, 2, 3, 4, 5], "a term was reused or skipped");
+}
+
+async fn terms_are_per_application(store: &dyn Store) {
+    hold(store, "web", "web/0", SHORT).await;
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(hold(store, "web", "web/0", LONG).await.term, 2);
+    assert_eq!(hold(store, "db", "db/0", LONG).await.term, 1);
+}
+
+// ---------------------------------------------------------------- fenced commits
+
+async fn fenced_commit_with_current_term_is_applied(store: &dyn Store) {
+    let m = deploy(store).await;
+    let fence = hold(store, "web", "web/0", LONG).await;
+    let receipt = store.commit("web/0", &leader_hook(&m), Some(&fence)).await.unwrap();
+    assert_eq!(
+        receipt,
+        CommitReceipt {
+            unit_bags_changed: vec![m.web_db.id],
+            app_bags_changed: vec![m.web_db.id],
+            leader_data_changed: true,
+            pod_spec_revision: Some(1),
+        }
+    );
+    let snap = store.snapshot("web/0").await.unwrap();
+    let rel = &snap.relations[&m.web_db.id];
+    assert_eq!(rel.unit_bags["web/0"], BTreeMap::from([("host".into(), "web-0".into())]));
+    assert_eq!(rel.app_bags["web"], BTreeMap::from([("database".into(), "web".into())]));
+    assert_eq!(snap.leader_data, BTreeMap::from([("secret".into(), "s3cret".into())]));
+    assert_eq!(snap.stored, BTreeMap::from([("installed".into(), "yes".into())]));
+    assert_eq!(snap.unit_status, status(StatusKind::Active, "ready"));
+    assert_eq!(snap.app_status, status(StatusKind::Active, "serving"));
+    let spec = store.pod_spec("web").await.unwrap().unwrap();
+    assert_eq!((spec.revision, spec.spec), (1, json!({"containers": [{"name": "web"}]})));
+}
+
+async fn stale_term_commit_is_rejected_and_applies_nothing(store: &dyn Store) {
+    let m = deploy(store).await;
+    let stale = hold(store, "web", "web/0", LONG).await;
+    store.release("web", "web/0").await.unwrap();
+    let current = hold(store, "web", "web/0", LONG).await;
+    assert_eq!(current.term, stale.term + 1);
+    let err = store.commit("web/0", &leader_hook(&m), Some(&stale)).await.unwrap_err();
+    assert_eq!(err, CommitError::Fenced { fence: stale });
+    assert_nothing_applied(store, &m).await;
+}
+
+async fn commit_fenced_by_another_holder_is_rejected(store: &dyn Store) {
+    let m = deploy(store).await;
+    let leader = hold(store, "web", "web/1", LONG).await;
+    // web/0 presents web/1's fence: the fence must name the committing unit.
+    let err = store.commit("web/0", &leader_hook(&m), Some(&leader)).await.unwrap_err();
+    assert!(matches!(err, CommitError::Fenced { .. }), "{err:?}");
+    // A fence naming web/0 with web/1's term, while web/1 holds the lease.
+    let forged = Fence { holder: "web/0".into(), ..leader.clone() };
+    let err = store.commit("web/0", &leader_hook(&m), Some(&forged)).await.unwrap_err();
+    assert_eq!(err, CommitError::Fenced { fence: forged });
+    // A fence for another application.
+    let db = hold(store, "db", "db/0", LONG).await;
+    let wrong_app = Fence { app: "db".into(), holder: "web/0".into(), term: db.term };
+    let err = store.commit("web/0", &leader_hook(&m), Some(&wrong_app)).await.unwrap_err();
+    assert!(matches!(err, CommitError::Fenced { .. }), "{err:?}");
+    assert_nothing_applied(store, &m).await;
+}
+
+async fn commit_after_expiry_is_rejected(store: &dyn Store) {
+    let m = deploy(store).await;
+    let fence = hold(store, "web", "web/0", SHORT).await;
+    tokio::time::sleep(PAST_SHORT).await;
+    // Nobody else claimed: the lease still names web/0 and its term, but it has expired.
+    let err = store.commit("web/0", &leader_hook(&m), Some(&fence)).await.unwrap_err();
+    assert_eq!(err, CommitError::Fenced { fence });
+    assert_nothing_applied(store, &m).await;
+}
+
+async fn unfenced_leader_only_writes_are_refused(store: &dyn Store) {
+    let m = deploy(store).await;
+    let all = leader_hook(&m);
+    let leader_only = [
+        Changes { app_bags: all.app_bags.clone(), ..Changes::default() },
+        Changes { leader_data: all.leader_data.clone(), ..Changes::default() },
+        Changes { pod_spec: all.pod_spec.clone(), ..Changes::default() },
+        Changes { app_status: all.app_status.clone(), ..Changes::default() },
+    ];
+    // Even the lease holder needs to present its fence.
+    hold(store, "web", "web/0", LONG).await;
+    for leader_write in leader_only {
+        // Each with the unit's own writes beside it, which must not be applied either.
+        let changes = Changes {
+            unit_bags: all.unit_bags.clone(),
+            unit_status: all.unit_status.clone(),
+            workload_version: all.workload_version.clone(),
+            stored: all.stored.clone(),
+            ..leader_write
+        };
+        let err = store.commit("web/0", &changes, None).await.unwrap_err();
+        assert_eq!(err, CommitError::Unfenced, "{changes:?}");
+    }
+    assert_nothing_applied(store, &m).await;
+}
+
+async fn unit_writes_need_no_fence(store: &dyn Store) {
+    let m = deploy(store).await;
+    let changes = Changes {
+        unit_bags: BTreeMap::from([(m.web_db.id, writes(&[("host", Some("web-1"))]))]),
+        unit_status: Some(status(StatusKind::Waiting, "for db")),
+        workload_version: Some("2.0".into()),
+        stored: writes(&[("k", Some("v"))]),
+        ..Changes::default()
+    };
+    let receipt = store.commit("web/1", &changes, None).await.unwrap();
+    assert_eq!(receipt.unit_bags_changed, [m.web_db.id]);
+    let snap = store.snapshot("web/1").await.unwrap();
+    assert_eq!(snap.relations[&m.web_db.id].unit_bags["web/1"]["host"], "web-1");
+    assert_eq!(snap.unit_status, status(StatusKind::Waiting, "for db"));
+    assert_eq!(snap.stored["k"], "v");
+    let status = store.status().await.unwrap();
+    assert_eq!(status.units.iter().find(|u| u.name == "web/1").unwrap().workload_version, "2.0");
+}
+
+async fn unknown_relation_applies_nothing(store: &dyn Store) {
+    let m = deploy(store).await;
+    let fence = hold(store, "web", "web/0", LONG).await;
+    let unknown = 9_999;
+    let mut changes = leader_hook(&m);
+    changes.unit_bags.insert(unknown, writes(&[("x", Some("y"))]));
+    let err = store.commit("web/0", &changes, Some(&fence)).await.unwrap_err();
+    assert_eq!(err, CommitError::Store(StoreError::NotFound(format!("relation {unknown}"))));
+    assert_nothing_applied(store, &m).await;
+
+    // A relation that exists but that web is not in.
+    let mut changes = leader_hook(&m);
+    changes.app_bags.insert(m.other_db.id, writes(&[("x", Some("y"))]));
+    let err = store.commit("web/0", &changes, Some(&fence)).await.unwrap_err();
+    assert_eq!(err, CommitError::Store(StoreError::NotFound(format!("relation {}", m.other_db.id))));
+    assert_nothing_applied(store, &m).await;
+}
+
+async fn commit_for_unknown_unit_is_not_found(store: &dyn Store) {
+    deploy(store).await;
+    let changes = Changes { stored: writes(&[("k", Some("v"))]), ..Changes::default() };
+    let err = store.commit("web/7", &changes, None).await.unwrap_err();
+    assert_eq!(err, CommitError::Store(StoreError::NotFound("unit web/7".into())));
+}
+
+// ---------------------------------------------------------------- pod specs and receipts
+
+async fn pod_spec_revision_grows_only_on_change(store: &dyn Store) {
+    deploy(store).await;
+    let fence = hold(store, "web", "web/0", LONG).await;
+    let set = |spec: serde_json::Value, resources: Option<serde_json::Value>| Changes {
+        pod_spec: Some(PodSpecWrite { spec, k8s_resources: resources }),
+        ..Changes::default()
+    };
+    let spec = json!({"containers": [{"name": "web", "image": "nginx:1.25", "ports": [80, 443]}]});
+    let revision = |r: CommitReceipt| r.pod_spec_revision;
+
+    assert_eq!(revision(store.commit("web/0", &set(spec.clone(), None), Some(&fence)).await.unwrap()), Some(1));
+    assert_eq!(revision(store.commit("web/0", &set(spec.clone(), None), Some(&fence)).await.unwrap()), None);
+    assert_eq!(store.pod_spec("web").await.unwrap().unwrap().revision, 1, "an unchanged spec made a revision");
+
+    let resources = json!({"kubernetesResources": {"secrets": [{"name": "s"}]}});
+    let with_resources = set(spec.clone(), Some(resources.clone()));
+    assert_eq!(revision(store.commit("web/0", &with_resources, Some(&fence)).await.unwrap()), Some(2));
+    assert_eq!(revision(store.commit("web/0", &with_resources, Some(&fence)).await.unwrap()), None);
+
+    let changed = json!({"containers": [{"name": "web", "image": "nginx:1.26", "ports": [80, 443]}]});
+    let receipt = store.commit("web/0", &set(changed.clone(), Some(resources.clone())), Some(&fence)).await.unwrap();
+    assert_eq!(revision(receipt), Some(3));
+    // Dropping the resources is a change too.
+    assert_eq!(revision(store.commit("web/0", &set(changed.clone(), None), Some(&fence)).await.unwrap()), Some(4));
+
+    let stored = store.pod_spec("web").await.unwrap().unwrap();
+    assert_eq!((stored.revision, stored.spec, stored.k8s_resources), (4, changed, None));
+    assert_eq!(store.pod_spec("db").await.unwrap(), None);
+    assert_eq!(store.pod_spec("nope").await.unwrap_err(), StoreError::NotFound("application nope".into()));
+}
+
+async fn receipt_lists_only_what_changed(store: &dyn Store) {
+    let m = deploy(store).await;
+    let fence = hold(store, "web", "web/0", LONG).await;
+    let both = |w: BagWrites| BTreeMap::from([(m.web_db.id, w.clone()), (m.peers.id, w)]);
+    let changes = Changes {
+        unit_bags: both(writes(&[("a", Some("1")), ("b", Some("2"))])),
+        app_bags: BTreeMap::from([(m.peers.id, writes(&[("a", Some("1"))]))]),
+        leader_data: writes(&[("a", Some("1"))]),
+        ..Changes::default()
+    };
+    let receipt = store.commit("web/0", &changes, Some(&fence)).await.unwrap();
+    let mut ids = vec![m.web_db.id, m.peers.id];
+    ids.sort();
+    assert_eq!(receipt.unit_bags_changed, ids);
+    assert_eq!(receipt.app_bags_changed, [m.peers.id]);
+    assert!(receipt.leader_data_changed);
+
+    // The same values again, and deletions of absent keys: nothing changed.
+    let same = Changes {
+        unit_bags: both(writes(&[("a", Some("1")), ("zz", None)])),
+        app_bags: BTreeMap::from([(m.peers.id, writes(&[("a", Some("1")), ("zz", None)]))]),
+        leader_data: writes(&[("a", Some("1")), ("zz", None)]),
+        ..Changes::default()
+    };
+    assert_eq!(store.commit("web/0", &same, Some(&fence)).await.unwrap(), CommitReceipt::default());
+
+    // One changed value in one relation; a deletion in leader data.
+    let one = Changes {
+        unit_bags: BTreeMap::from([
+            (m.web_db.id, writes(&[("a", Some("1"))])),
+            (m.peers.id, writes(&[("b", Some("3"))])),
+        ]),
+        leader_data: writes(&[("a", None)]),
+        ..Changes::default()
+    };
+    let receipt = store.commit("web/0", &one, Some(&fence)).await.unwrap();
+    assert_eq!(
+        receipt,
+        CommitReceipt {
+            unit_bags_changed: vec![m.peers.id],
+            app_bags_changed: vec![],
+            leader_data_changed: true,
+            pod_spec_revision: None,
+        }
+    );
+    let snap = store.snapshot("web/0").await.unwrap();
+    assert!(snap.leader_data.is_empty());
+    assert_eq!(snap.relations[&m.peers.id].unit_bags["web/0"]["b"], "3");
+}
+
+// ---------------------------------------------------------------- reading the model
+
+async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
+    let m = deploy(store).await;
+    // Data from every side, written by each unit's own commit.
+    let web_fence = hold(store, "web", "web/0", LONG).await;
+    let db_fence = hold(store, "db", "db/0", LONG).await;
+    let web0 = Changes {
+        unit_bags: BTreeMap::from([
+            (m.web_db.id, writes(&[("host", Some("web-0"))])),
+            (m.peers.id, writes(&[("peer", Some("0"))])),
+        ]),
+        app_bags: BTreeMap::from([(m.peers.id, writes(&[("cluster", Some("c1"))]))]),
+        leader_data: writes(&[("secret", Some("s"))]),
+        app_status: Some(status(StatusKind::Active, "web up")),
+        stored: writes(&[("mine", Some("0"))]),
+        ..Changes::default()
+    };
+    store.commit("web/0", &web0, Some(&web_fence)).await.unwrap();
+    let web2 = Changes {
+        unit_bags: BTreeMap::from([(m.peers.id, writes(&[("peer", Some("2"))]))]),
+        unit_status: Some(status(StatusKind::Blocked, "needs db")),
+        stored: writes(&[("mine", Some("2"))]),
+        ..Changes::default()
+    };
+    store.commit("web/2", &web2, None).await.unwrap();
+    let db0 = Changes {
+        unit_bags: BTreeMap::from([
+            (m.web_db.id, writes(&[("dsn", Some("host=db"))])),
+            (m.other_db.id, writes(&[("dsn", Some("for other"))])),
+        ]),
+        app_bags: BTreeMap::from([(m.web_db.id, writes(&[("version", Some("12"))]))]),
+        ..Changes::default()
+    };
+    store.commit("db/0", &db0, Some(&db_fence)).await.unwrap();
+
+    let snap = store.snapshot("web/2").await.unwrap();
+    assert_eq!((snap.model.as_str(), snap.unit.as_str(), snap.app.as_str()), ("test-model", "web/2", "web"));
+    // Settings over defaults; an option without default and unset is absent.
+    assert_eq!(
+        snap.config,
+        BTreeMap::from([
+            ("greeting".to_string(), ConfigValue::String("hi".into())),
+            ("port".to_string(), ConfigValue::Int(80)),
+        ])
+    );
+    assert_eq!(snap.relations.keys().copied().collect::<Vec<_>>(), {
+        let mut ids = vec![m.web_db.id, m.peers.id];
+        ids.sort();
+        ids
+    });
+
+    let db = &snap.relations[&m.web_db.id];
+    assert_eq!((db.id, db.endpoint.as_str(), db.remote_app.as_str()), (m.web_db.id, "db", "db"));
+    assert_eq!(db.remote_units, ["db/0"]);
+    let empty = BTreeMap::new();
+    assert_eq!(
+        db.unit_bags,
+        BTreeMap::from([
+            ("db/0".to_string(), BTreeMap::from([("dsn".to_string(), "host=db".to_string())])),
+            ("web/2".to_string(), empty.clone()),
+        ]),
+        "only the remote units' and the unit's own bags, and not another relation's"
+    );
+    assert_eq!(
+        db.app_bags,
+        BTreeMap::from([
+            ("db".to_string(), BTreeMap::from([("version".to_string(), "12".to_string())])),
+            ("web".to_string(), empty.clone()),
+        ])
+    );
+
+    let peers = &snap.relations[&m.peers.id];
+    assert_eq!((peers.endpoint.as_str(), peers.remote_app.as_str()), ("cluster", "web"));
+    assert_eq!(peers.remote_units, ["web/0", "web/1"]);
+    assert_eq!(
+        peers.unit_bags,
+        BTreeMap::from([
+            ("web/0".to_string(), BTreeMap::from([("peer".to_string(), "0".to_string())])),
+            ("web/1".to_string(), empty.clone()),
+            ("web/2".to_string(), BTreeMap::from([("peer".to_string(), "2".to_string())])),
+        ])
+    );
+    assert_eq!(
+        peers.app_bags,
+        BTreeMap::from([("web".to_string(), BTreeMap::from([("cluster".to_string(), "c1".to_string())]))])
+    );
+
+    assert_eq!(snap.leader_data, BTreeMap::from([("secret".to_string(), "s".to_string())]));
+    assert_eq!(snap.unit_status, status(StatusKind::Blocked, "needs db"));
+    assert_eq!(snap.app_status, status(StatusKind::Active, "web up"));
+    assert_eq!(snap.stored, BTreeMap::from([("mine".to_string(), "2".to_string())]), "another unit's stored state");
+
+    // db/0 sees all three web units, and the other relation too.
+    let snap = store.snapshot("db/0").await.unwrap();
+    assert_eq!(snap.relations[&m.web_db.id].remote_units, ["web/0", "web/1", "web/2"]);
+    assert_eq!(snap.relations[&m.web_db.id].unit_bags["web/0"]["host"], "web-0");
+    assert_eq!(snap.relations[&m.other_db.id].remote_app, "other");
+    assert_eq!(snap.config["greeting"], ConfigValue::String("hello".into()), "the default");
+    assert!(snap.leader_data.is_empty(), "another application's leader data");
+
+    assert_eq!(store.snapshot("web/9").await.unwrap_err(), StoreError::NotFound("unit web/9".into()));
+}
+
+async fn status_rows_show_leaders_and_hook_errors(store: &dyn Store) {
+    let m = deploy(store).await;
+    let fence = hold(store, "web", "web/1", LONG).await;
+    let changes = Changes {
+        unit_status: Some(status(StatusKind::Active, "ready")),
+        app_status: Some(status(StatusKind::Maintenance, "upgrading")),
+        workload_version: Some("9.1".into()),
+        pod_spec: leader_hook(&m).pod_spec,
+        ..Changes::default()
+    };
+    store.commit("web/1", &changes, Some(&fence)).await.unwrap();
+    store.set_hook_error("web/1", Some("hook failed: db-relation-changed".into())).await.unwrap();
+
+    let status_now = store.status().await.unwrap();
+    let apps: Vec<_> = status_now
+        .applications
+        .iter()
+        .map(|a| (a.name.as_str(), a.charm.as_str(), a.leader.as_deref(), a.term, a.pod_spec_revision))
+        .collect();
+    assert_eq!(
+        apps,
+        [
+            ("db", "charms/db.wasm", None, None, None),
+            ("other", "charms/other.wasm", None, None, None),
+            ("web", "charms/web.wasm", Some("web/1"), Some(1), Some(1)),
+        ]
+    );
+    assert_eq!(status_now.applications[2].status, status(StatusKind::Maintenance, "upgrading"));
+    let units: Vec<_> = status_now.units.iter().map(|u| (u.name.as_str(), u.leader)).collect();
+    assert_eq!(
+        units,
+        [("db/0", false), ("other/0", false), ("web/0", false), ("web/1", true), ("web/2", false)]
+    );
+    let web1 = &status_now.units[3];
+    assert_eq!(web1.status, status(StatusKind::Error, "hook failed: db-relation-changed"));
+    assert_eq!(web1.workload_version, "9.1");
+
+    // The hook recovers: the unit's own status shows again.
+    store.set_hook_error("web/1", None).await.unwrap();
+    let status_now = store.status().await.unwrap();
+    assert_eq!(status_now.units[3].status, status(StatusKind::Active, "ready"));
+    assert_eq!(
+        store.set_hook_error("web/9", Some("x".into())).await.unwrap_err(),
+        StoreError::NotFound("unit web/9".into())
+    );
+}
+
+async fn status_forgets_expired_leaders(store: &dyn Store) {
+    deploy(store).await;
+    hold(store, "db", "db/0", SHORT).await;
+    let row = |s: &charm_host::store::ModelStatus| {
+        let a = s.applications.iter().find(|a| a.name == "db").unwrap().clone();
+        (a.leader, a.term)
+    };
+    assert_eq!(row(&store.status().await.unwrap()), (Some("db/0".into()), Some(1)));
+    tokio::time::sleep(PAST_SHORT).await;
+    let status = store.status().await.unwrap();
+    assert_eq!(row(&status), (None, None));
+    assert!(!status.units.iter().any(|u| u.leader));
+}
+
+async fn model_records_apps_units_and_relations(store: &dyn Store) {
+    let m = deploy(store).await;
+    assert_eq!(store.model_name(), "test-model");
+    let names: Vec<_> = store.applications().await.unwrap().into_iter().map(|a| a.name).collect();
+    assert_eq!(names, ["db", "other", "web"]);
+    let web = store.application("web").await.unwrap();
+    assert_eq!(web.metadata.config.len(), 3);
+    assert_eq!(web.config["greeting"], ConfigValue::String("hi".into()));
+    assert_eq!(store.application("nope").await.unwrap_err(), StoreError::NotFound("application nope".into()));
+
+    let dup = store.application("db").await.unwrap();
+    assert_eq!(store.add_application(dup).await.unwrap_err(), StoreError::AlreadyExists("application db".into()));
+
+    assert_eq!(store.units("web").await.unwrap(), ["web/0", "web/1", "web/2"]);
+    assert_eq!(store.add_unit("web").await.unwrap(), "web/3");
+    assert_eq!(store.units("web").await.unwrap(), ["web/0", "web/1", "web/2", "web/3"]);
+    assert_eq!(store.add_unit("nope").await.unwrap_err(), StoreError::NotFound("application nope".into()));
+    assert_eq!(store.units("nope").await.unwrap_err(), StoreError::NotFound("application nope".into()));
+
+    assert_eq!(store.relations().await.unwrap(), [m.web_db.clone(), m.peers.clone(), m.other_db.clone()]);
+    assert!(m.web_db.id < m.peers.id && m.peers.id < m.other_db.id, "ids grow");
+    let err = store.add_relation("pgsql", m.web_db.endpoints.clone()).await.unwrap_err();
+    assert_eq!(err, StoreError::AlreadyExists(format!("relation {}", m.web_db.id)));
+    let err = store.add_relation("pgsql", vec![side("web", "db"), side("ghost", "db")]).await.unwrap_err();
+    assert_eq!(err, StoreError::NotFound("application ghost".into()));
+    assert_eq!(store.relations().await.unwrap().len(), 3, "a refused relation was added");
+    let next = store.add_relation("pgsql", vec![side("db", "db"), side("web", "db")]).await.unwrap();
+    assert_eq!((next.id, next.interface.as_str()), (m.other_db.id + 1, "pgsql"));
+}
+
+// ---------------------------------------------------------------- the suite, per backend
+
+macro_rules! contract {
+    ($($property:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $property() {
+                    let store = super::MemoryStore::new("test-model");
+                    super::$property(&store).await;
+                }
+            )*
+        }
+
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $property() {
+                    // A real file, so WAL mode and the file's locking are what is tested.
+                    let dir = tempfile::tempdir().unwrap();
+                    let store = super::sqlite_store(dir.path());
+                    super::$property(&store).await;
+                }
+            )*
+        }
+    };
+}
+
+fn sqlite_store(dir: &std::path::Path) -> SqliteStore {
+    SqliteStore::open(&dir.join("model.db"), "test-model").unwrap()
+}
+
+contract! {
+    first_claim_gets_term_one,
+    holder_claim_extends_and_keeps_term,
+    other_claim_denied_while_lease_live,
+    expired_lease_goes_to_next_claimant_with_next_term,
+    holder_reclaiming_after_expiry_gets_new_term,
+    release_frees_lease_and_terms_never_repeat,
+    terms_are_per_application,
+    fenced_commit_with_current_term_is_applied,
+    stale_term_commit_is_rejected_and_applies_nothing,
+    commit_fenced_by_another_holder_is_rejected,
+    commit_after_expiry_is_rejected,
+    unfenced_leader_only_writes_are_refused,
+    unit_writes_need_no_fence,
+    unknown_relation_applies_nothing,
+    commit_for_unknown_unit_is_not_found,
+    pod_spec_revision_grows_only_on_change,
+    receipt_lists_only_what_changed,
+    snapshot_shows_what_a_hook_may_read,
+    status_rows_show_leaders_and_hook_errors,
+    status_forgets_expired_leaders,
+    model_records_apps_units_and_relations,
+}
+
+// ---------------------------------------------------------------- SQLite only
+
+mod sqlite_only {
+    use std::path::Path;
+    use std::sync::{Arc, Barrier};
+
+    use super::*;
+
+    fn bytes(path: &Path) -> Vec<u8> {
+        std::fs::read(path).unwrap()
+    }
+
+    #[tokio::test]
+    async fn commits_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        let (m, fence, snap, status, spec, relations) = {
+            let store = SqliteStore::open(&path, "test-model").unwrap();
+            let m = deploy(&store).await;
+            let fence = hold(&store, "web", "web/0", LONG).await;
+            store.commit("web/0", &leader_hook(&m), Some(&fence)).await.unwrap();
+            store.set_hook_error("web/2", Some("boom".into())).await.unwrap();
+            (
+                m,
+                fence,
+                store.snapshot("web/0").await.unwrap(),
+                store.status().await.unwrap(),
+                store.pod_spec("web").await.unwrap(),
+                store.relations().await.unwrap(),
+            )
+        };
+        let store = SqliteStore::open(&path, "test-model").unwrap();
+        assert_eq!(store.snapshot("web/0").await.unwrap(), snap);
+        assert_eq!(store.status().await.unwrap(), status);
+        assert_eq!(store.pod_spec("web").await.unwrap(), spec);
+        assert_eq!(store.relations().await.unwrap(), relations);
+        assert_eq!(store.units("web").await.unwrap(), ["web/0", "web/1", "web/2"]);
+        assert_eq!(store.add_unit("web").await.unwrap(), "web/3", "unit numbers continue");
+        // The lease and its term survive: the old holder can still commit with its fence.
+        store.commit("web/0", &leader_hook(&m), Some(&fence)).await.unwrap();
+        store.release("web", "web/0").await.unwrap();
+        assert_eq!(hold(&store, "web", "web/1", LONG).await.term, fence.term + 1, "terms continue");
+        let next = store.add_relation("pgsql", vec![side("db", "db"), side("web", "db")]).await.unwrap();
+        assert_eq!(next.id, m.other_db.id + 1, "relation ids continue");
+    }
+
+    #[tokio::test]
+    async fn newer_schema_is_refused_and_file_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        drop(SqliteStore::open(&path, "test-model").unwrap());
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.pragma_update(None, "user_version", 99).unwrap();
+        }
+        let before = bytes(&path);
+        let err = SqliteStore::open(&path, "test-model").unwrap_err();
+        let StoreError::Incompatible(message) = &err else { panic!("expected Incompatible, got {err:?}") };
+        assert!(message.contains("schema version 99") && message.contains("newer"), "unclear: {message}");
+        assert_eq!(bytes(&path), before, "the refused file was modified");
+    }
+
+    #[tokio::test]
+    async fn garbage_file_is_refused_and_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        // Not SQLite at all; and a SQLite header followed by garbage.
+        let mut noise: Vec<u8> = (0..8192u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for (name, contents) in [("noise.db", noise.clone()), ("damaged.db", {
+            noise[..16].copy_from_slice(b"SQLite format 3\0");
+            noise
+        })] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, &contents).unwrap();
+            let err = SqliteStore::open(&path, "test-model").unwrap_err();
+            assert!(
+                matches!(&err, StoreError::Corrupt(m) if m.contains(name)),
+                "{name}: expected Corrupt naming the file, got {err:?}"
+            );
+            assert_eq!(bytes(&path), contents, "{name} was modified");
+        }
+    }
+
+    #[tokio::test]
+    async fn another_programs_database_is_refused_and_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("other.db");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch("CREATE TABLE photos (id INTEGER PRIMARY KEY, data BLOB)").unwrap();
+        }
+        let before = bytes(&path);
+        let err = SqliteStore::open(&path, "test-model").unwrap_err();
+        assert!(matches!(&err, StoreError::Incompatible(m) if m.contains("another program")), "{err:?}");
+        assert_eq!(bytes(&path), before);
+    }
+
+    #[tokio::test]
+    async fn another_models_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        drop(SqliteStore::open(&path, "prod").unwrap());
+        let err = SqliteStore::open(&path, "staging").unwrap_err();
+        assert!(matches!(&err, StoreError::Incompatible(m) if m.contains("prod")), "{err:?}");
+        assert!(SqliteStore::open(&path, "prod").is_ok());
+    }
+
+    #[tokio::test]
+    async fn in_memory_store_keeps_the_contract() {
+        let store = SqliteStore::in_memory("test-model").unwrap();
+        let m = deploy(&store).await;
+        let fence = hold(&store, "web", "web/0", LONG).await;
+        assert_eq!(store.commit("web/0", &leader_hook(&m), Some(&fence)).await.unwrap().pod_spec_revision, Some(1));
+    }
+
+    /// Two handles on one file stand for two host processes: each has its own connection,
+    /// and only SQLite's file locks keep them apart.
+    #[tokio::test]
+    async fn two_handles_contend_for_one_lease() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        let a = Arc::new(SqliteStore::open(&path, "test-model").unwrap());
+        let m = deploy(a.as_ref()).await;
+        let b = Arc::new(SqliteStore::open(&path, "test-model").unwrap());
+
+        // Both claim at once, many times over, for fresh applications.
+        const ROUNDS: usize = 500;
+        let barrier = Arc::new(Barrier::new(2));
+        let contend = |store: Arc<SqliteStore>, unit: &'static str| {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                (0..ROUNDS)
+                    .map(|round| {
+                        barrier.wait();
+                        rt.block_on(store.claim(&format!("race{round}"), unit, LONG)).unwrap()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        };
+        let (ta, tb) = (contend(a.clone(), "race/0"), contend(b.clone(), "race/1"));
+        let (ca, cb) = (ta.join().unwrap(), tb.join().unwrap());
+        for (round, (x, y)) in ca.iter().zip(&cb).enumerate() {
+            let (winner, denied) = match (x, y) {
+                (Claim::Held(l), Claim::Denied { holder, term }) | (Claim::Denied { holder, term }, Claim::Held(l)) => {
+                    (l, (holder, *term))
+                }
+                other => panic!("round {round}: not exactly one holder: {other:?}"),
+            };
+            assert_eq!(winner.term, 1);
+            assert_eq!(denied, (&winner.holder, 1), "round {round}: the denial names another holder");
+        }
+
+        // The web lease: a takes it; b is denied, and b's commit under a fence of its own
+        // making is rejected and applies nothing, seen from either handle.
+        let fence = hold(a.as_ref(), "web", "web/0", LONG).await;
+        assert_eq!(b.claim("web", "web/1", LONG).await.unwrap(), Claim::Denied { holder: "web/0".into(), term: 1 });
+        let loser = Fence { app: "web".into(), holder: "web/1".into(), term: fence.term };
+        let mut changes = leader_hook(&m);
+        changes.unit_bags = BTreeMap::from([(m.web_db.id, writes(&[("host", Some("web-1"))]))]);
+        let err = b.commit("web/1", &changes, Some(&loser)).await.unwrap_err();
+        assert_eq!(err, CommitError::Fenced { fence: loser });
+        assert_eq!(a.pod_spec("web").await.unwrap(), None);
+        assert!(a.snapshot("web/1").await.unwrap().relations[&m.web_db.id].unit_bags["web/1"].is_empty());
+        // The winner's commit through the other handle is accepted and visible to both.
+        b.commit("web/0", &leader_hook(&m), Some(&fence)).await.unwrap();
+        assert_eq!(a.pod_spec("web").await.unwrap().map(|p| p.revision), Some(1));
+    }
+}
