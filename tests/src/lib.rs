@@ -48,6 +48,7 @@ pub fn fast_config() -> ControllerConfig {
             max_attempts: Some(3),
         },
         record_history: true,
+        ..Default::default()
     }
 }
 

@@ -126,8 +126,10 @@ impl JujuTracker {
         state.dead_until = Some(Instant::now() + down);
     }
 
-    /// One `db-relation-changed` of the discourse charm under Python ops.
-    pub(crate) async fn hook(&self, work: Duration) {
+    /// One `db-relation-changed` of the discourse charm under Python ops: whether it saw
+    /// `is_leader` true, and how it ended.
+    pub(crate) async fn hook(&self, work: Duration) -> (bool, Result<(), String>) {
+        const NOT_LEADER: &str = "cannot set a pod spec as this unit is not a leader";
         let saw_leader = self.is_leader().await;
         sleep(work).await;
         let mut changes = Changes {
@@ -139,7 +141,7 @@ impl JujuTracker {
             // ops' pod.set_spec: "cannot set a pod spec as this unit is not a leader".
             if !self.is_leader().await {
                 self.metrics.hook(true, true, false, true);
-                return;
+                return (true, Err(NOT_LEADER.into()));
             }
             let generation = {
                 let mut state = self.state.lock().await;
@@ -149,16 +151,17 @@ impl JujuTracker {
             };
             let spec = serde_json::json!({"version": 3, "containers": [{"name": "discourse",
                 "imageDetails": {"imagePath": "discourse/discourse:2.6"},
-                "envConfig": {"DISCOURSE_DB": "host=postgresql-0", "GENERATION": generation.to_string()}}]});
+                "envConfig": {"DISCOURSE_DB": "host=postgresql-0", "GENERATION": format!("{} {generation}", self.unit)}}]});
             changes.pod_spec = Some(PodSpecWrite { spec, k8s_resources: None });
             // pod-spec-set checks leadership again when the hook's writes are flushed.
             if !self.is_leader().await {
                 self.metrics.hook(true, true, false, true);
-                return;
+                return (true, Err(NOT_LEADER.into()));
             }
         }
         let committed = self.store.commit(&self.unit, &changes, fence.as_ref()).await;
         let refused = matches!(committed, Err(crate::store::CommitError::Fenced { .. }));
         self.metrics.hook(saw_leader, refused, false, committed.is_err());
+        (saw_leader, committed.map(|_| ()).map_err(|e| e.to_string()))
     }
 }

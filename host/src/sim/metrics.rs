@@ -7,7 +7,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::store::faults::{FaultPlan, StoreObserver};
-use crate::store::{Fence, Lease};
+use crate::model::Changes;
+use crate::store::{CommitReceipt, Fence, Lease};
 
 /// One unit's belief that it leads: from `start` to `end`, seconds from the run's start.
 #[derive(Debug, Clone, Copy)]
@@ -28,6 +29,8 @@ struct Inner {
     interrupted_hooks: u64,
     failed_hooks: u64,
     commits_accepted: u64,
+    pod_spec_commits: u64,
+    last_revision: u64,
     stale_commits_accepted: u64,
     max_term: BTreeMap<String, u64>,
     current: BTreeMap<String, (String, u64)>,
@@ -178,6 +181,8 @@ impl Metrics {
             overlapping_guarantees: overlaps,
             stale_commits_accepted: inner.stale_commits_accepted,
             commits_accepted: inner.commits_accepted,
+            pod_spec_commits: inner.pod_spec_commits,
+            pod_spec_revision: inner.last_revision,
             leadership_changes: inner.leadership_changes,
             spurious_leadership_changes: inner.spurious_changes,
             leaderless_seconds: (now - covered).max(0.0),
@@ -208,9 +213,13 @@ impl StoreObserver for Metrics {
         inner.last_grant.insert(lease.holder.clone(), sent);
     }
 
-    fn commit_accepted(&self, _unit: &str, fence: Option<&Fence>) {
+    fn commit_accepted(&self, _unit: &str, changes: &Changes, fence: Option<&Fence>, receipt: &CommitReceipt) {
         let mut inner = self.lock();
         inner.commits_accepted += 1;
+        inner.pod_spec_commits += u64::from(changes.pod_spec.is_some());
+        if let Some(revision) = receipt.pod_spec_revision {
+            inner.last_revision = inner.last_revision.max(revision);
+        }
         if let Some(f) = fence {
             let max = inner.max_term.entry(f.app.clone()).or_insert(0);
             if f.term < *max {
@@ -244,6 +253,11 @@ pub struct Measurements {
     pub stale_commits_accepted: u64,
     /// Commits accepted.
     pub commits_accepted: u64,
+    /// Accepted commits that carried a pod spec (each a new one).
+    pub pod_spec_commits: u64,
+    /// The pod spec's final revision: equal to `pod_spec_commits` when every commit applied
+    /// whole and no failed hook applied anything (I4).
+    pub pod_spec_revision: u64,
     /// Times the lease went to a new term.
     pub leadership_changes: u64,
     /// Changes with the old holder alive and no outage as long as the guarantee (I5 broken).

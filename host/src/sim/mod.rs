@@ -113,14 +113,26 @@ pub struct SimConfig {
     pub policy: Policy,
     /// Lease timings.
     pub leadership: LeadershipConfig,
-    /// Outages and crash times to add to the profile's (tests use this for exact schedules).
+    /// Outages to add to the profile's (tests use this for exact schedules).
     pub extra_outages: Vec<Outage>,
+    /// Every claimant's clock drift against the store, replacing the profile's (tests use
+    /// it to drive drift past the margin).
+    pub drift_override: Option<f64>,
 }
 
 impl SimConfig {
     /// A run with the default lease timings.
     pub fn new(seed: u64, units: u32, hooks: u64, profile: Profile, policy: Policy) -> Self {
-        SimConfig { seed, units, hooks, profile, policy, leadership: LeadershipConfig::default(), extra_outages: vec![] }
+        SimConfig {
+            seed,
+            units,
+            hooks,
+            profile,
+            policy,
+            leadership: LeadershipConfig::default(),
+            extra_outages: vec![],
+            drift_override: None,
+        }
     }
 }
 
@@ -157,7 +169,8 @@ pub struct Report {
 /// Mean seconds between hooks on one unit.
 const THINK_MEAN: f64 = 2.0;
 /// Hooks run up to 0.5 s; one in 50 up to 10 s.
-const WORK: WorkModel = WorkModel { short: Duration::from_millis(500), long: Duration::from_secs(10), long_every: 50 };
+const WORK: WorkModel =
+    WorkModel::Random { short: Duration::from_millis(500), long: Duration::from_secs(10), long_every: 50 };
 
 fn plan_for(config: &SimConfig, horizon: Duration, rng: &mut StdRng) -> FaultPlan {
     let mut plan = FaultPlan::none(rng.random());
@@ -202,6 +215,11 @@ fn plan_for(config: &SimConfig, horizon: Duration, rng: &mut StdRng) -> FaultPla
         plan.latency_jitter = Duration::from_millis(if config.profile == Profile::Timeouts { 50 } else { 10 });
     }
     plan.outages.extend(config.extra_outages.iter().copied());
+    if let Some(drift) = config.drift_override {
+        for i in 0..config.units {
+            plan.drift.insert(format!("discourse/{i}"), drift);
+        }
+    }
     plan.outages.sort_by_key(|o| o.start);
     plan
 }
@@ -393,7 +411,7 @@ async fn simulate_juju29(
         drivers.push(tokio::spawn(async move {
             for _ in 0..per_unit {
                 sleep(think(&mut unit_rng)).await;
-                tracker.hook(WORK.draw(&mut unit_rng)).await;
+                let _ = tracker.hook(WORK.draw(&mut unit_rng)).await;
             }
         }));
     }
@@ -439,8 +457,108 @@ pub fn invariant_violations(report: &Report) -> Vec<String> {
     if m.stale_commits_accepted > 0 {
         v.push(format!("I3: {} commits accepted with a stale term", m.stale_commits_accepted));
     }
+    if m.pod_spec_revision != m.pod_spec_commits {
+        v.push(format!(
+            "I4: {} pod spec commits accepted but the spec is at revision {}",
+            m.pod_spec_commits, m.pod_spec_revision
+        ));
+    }
     if m.spurious_leadership_changes > 0 {
         v.push(format!("I5: {} leadership changes with no outage as long as the guarantee", m.spurious_leadership_changes));
     }
     v
+}
+
+/// How the seed's hook ended under a policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedReplay {
+    /// Whether the hook's first `is_leader` answered true.
+    pub saw_leader: bool,
+    /// How the hook ended: `Ok` with the pod spec revision it committed, or the error.
+    pub outcome: Result<u64, String>,
+}
+
+/// Replays the seed's report: the sole discourse unit leads; `db-relation-changed` starts 7 s
+/// after its last claim, asks `is_leader`, works for a second and sets the pod spec; from
+/// 7.2 s the lease store answers nothing for 5 s ("lease operation timed out" during raft
+/// flux), while the state store stays up, as Juju 2.9's mongo did.
+pub fn replay_seed(policy: Policy) -> SeedReplay {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime builds");
+    runtime.block_on(async move {
+        let unit = "discourse/0";
+        let t0 = Instant::now();
+        let mut plan = FaultPlan::none(0);
+        plan.commit_faults = false;
+        plan.hang = Duration::from_secs(30);
+        plan.outages.push(Outage { start: Duration::from_millis(7200), end: Duration::from_millis(12200) });
+        let leadership = LeadershipConfig::default();
+        let metrics = Arc::new(Metrics::new(Instant::now(), vec![unit.to_string()], leadership.guarantee(), plan.clone()));
+        let memory: Arc<dyn Store> = Arc::new(MemoryStore::new("seed"));
+        let store: Arc<dyn Store> = Arc::new(FaultyStore::new(memory, plan, None));
+        let hook_at = Duration::from_secs(7);
+        let work = Duration::from_secs(1);
+        match policy {
+            Policy::Juju29 => {
+                store
+                    .add_application(crate::model::ApplicationRecord {
+                        name: "discourse".into(),
+                        charm: "discourse".into(),
+                        metadata: standin::discourse_metadata(),
+                        config: BTreeMap::new(),
+                    })
+                    .await
+                    .expect("a fresh store");
+                store.add_unit("discourse").await.expect("a fresh store");
+                let tracker = Arc::new(juju29::JujuTracker::new(store.clone(), "discourse", unit, leadership, metrics));
+                let renewals = tokio::spawn(tracker.clone().run());
+                tokio::time::sleep_until(t0 + hook_at).await;
+                let (saw_leader, result) = tracker.hook(work).await;
+                renewals.abort();
+                let revision = store.pod_spec("discourse").await.ok().flatten().map(|p| p.revision);
+                SeedReplay { saw_leader, outcome: result.map(|()| revision.unwrap_or(0)) }
+            }
+            Policy::Pinned => {
+                let records = Arc::new(std::sync::Mutex::new(Vec::new()));
+                let sink = records.clone();
+                let config = ControllerConfig {
+                    leadership,
+                    observer: Some(HookObserver(Arc::new(move |r: &HookRecord| {
+                        sink.lock().unwrap_or_else(|e| e.into_inner()).push(r.clone())
+                    }))),
+                    seed: Some(0),
+                    ..Default::default()
+                };
+                let margin = crate::charm::RuntimeConfig::default().guarantee_margin;
+                let controller = Controller::new(store.clone(), margin, config).expect("valid config");
+                let standin = Arc::new(DiscourseStandIn::new(0, WorkModel::Fixed(work), margin));
+                controller
+                    .deploy_with("discourse", standin, standin::discourse_metadata(), "discourse", BTreeMap::new(), 1)
+                    .await
+                    .expect("a fresh store");
+                controller.wait_idle().await;
+                tokio::time::sleep_until(t0 + hook_at).await;
+                let hook = RelationHook {
+                    id: 1,
+                    endpoint: "db".into(),
+                    remote_app: "postgresql".into(),
+                    remote_unit: Some("postgresql/0".into()),
+                };
+                controller.enqueue(unit, Hook::RelationChanged(hook));
+                controller.wait_idle().await;
+                let records = records.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let run = records.iter().rev().find(|r| r.hook == "db-relation-changed").expect("the hook ran");
+                let first = records.iter().find(|r| r.hook == "db-relation-changed").expect("the hook ran");
+                let outcome = match (run.result, run.pod_spec_revision) {
+                    (HookResultKind::Committed, Some(revision)) => Ok(revision),
+                    _ => Err(run.outcome.clone()),
+                };
+                controller.shutdown();
+                SeedReplay { saw_leader: first.leader, outcome }
+            }
+        }
+    })
 }

@@ -41,21 +41,28 @@ pub(crate) fn discourse_metadata() -> CharmMetadata {
 
 /// How long a simulated hook runs.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct WorkModel {
-    /// Most hooks take up to this long.
-    pub short: Duration,
-    /// One hook in `long_every` takes up to this long.
-    pub long: Duration,
-    /// See `long`.
-    pub long_every: u32,
+pub(crate) enum WorkModel {
+    /// Up to `short`; one hook in `long_every` up to `long`.
+    Random {
+        short: Duration,
+        long: Duration,
+        long_every: u32,
+    },
+    /// Always this long.
+    Fixed(Duration),
 }
 
 impl WorkModel {
     pub(crate) fn draw(&self, rng: &mut StdRng) -> Duration {
-        if rng.random_range(0..self.long_every) == 0 {
-            self.long.mul_f64(rng.random())
-        } else {
-            self.short.mul_f64(rng.random())
+        match *self {
+            WorkModel::Random { short, long, long_every } => {
+                if rng.random_range(0..long_every) == 0 {
+                    long.mul_f64(rng.random())
+                } else {
+                    short.mul_f64(rng.random())
+                }
+            }
+            WorkModel::Fixed(d) => d,
         }
     }
 }
@@ -114,9 +121,12 @@ fn configure_pod(ctx: &mut HookContext) -> Result<(), String> {
         ctx.leadership_refusals += 1;
         return Err("cannot set a pod spec as this unit is not a leader".into());
     }
+    // The unit and generation make every leader commit a new spec, so the revision count
+    // tells whether every commit applied whole.
+    let unit = ctx.unit().to_string();
     let spec = format!(
         r#"{{"version": 3, "containers": [{{"name": "discourse", "imageDetails": {{"imagePath": "discourse/discourse:2.6"}},
-           "envConfig": {{"DISCOURSE_DB": "host=postgresql-0", "GENERATION": "{generation}"}}}}]}}"#
+           "envConfig": {{"DISCOURSE_DB": "host=postgresql-0", "GENERATION": "{unit} {generation}"}}}}]}}"#
     );
     pod::Host::set_pod_spec(ctx, spec, None).map_err(|e| format!("{e:?}"))
 }

@@ -52,6 +52,9 @@ pub struct FaultPlan {
     pub outages: Vec<Outage>,
     /// How long an unanswered call hangs before failing; longer than callers' timeouts.
     pub hang: Duration,
+    /// Whether commits suffer the faults too (as when leases and state share one store), or
+    /// only lease calls do (as in Juju 2.9, whose leases lived in raft and state in mongo).
+    pub commit_faults: bool,
     /// Per claimant: how much faster the store's clock runs than the claimant's (0.05 is
     /// 5%: the store lets a lease lapse 5% sooner than the claimant counts).
     pub drift: BTreeMap<String, f64>,
@@ -69,6 +72,7 @@ impl FaultPlan {
             error_rate: 0.0,
             outages: Vec::new(),
             hang: Duration::from_secs(30),
+            commit_faults: true,
             drift: BTreeMap::new(),
         }
     }
@@ -89,7 +93,7 @@ pub trait StoreObserver: Send + Sync {
     /// A claim was granted (new or extended).
     fn claim_granted(&self, app: &str, lease: &Lease, sent_at: Instant);
     /// A commit was applied.
-    fn commit_accepted(&self, unit: &str, fence: Option<&Fence>);
+    fn commit_accepted(&self, unit: &str, changes: &Changes, fence: Option<&Fence>, receipt: &CommitReceipt);
 }
 
 /// A store wrapped in faults.
@@ -248,14 +252,13 @@ impl StateStore for FaultyStore {
         fence: Option<&'a Fence>,
     ) -> BoxFuture<'a, Result<CommitReceipt, CommitError>> {
         Box::pin(async move {
-            match self.fate() {
+            let fate = if self.plan.commit_faults { self.fate() } else { Fate::Answer(Duration::ZERO) };
+            match fate {
                 Fate::Answer(latency) => {
                     sleep(latency / 2).await;
                     let answer = self.inner.commit(unit, changes, fence).await;
-                    if answer.is_ok() {
-                        if let Some(o) = &self.observer {
-                            o.commit_accepted(unit, fence);
-                        }
+                    if let (Ok(receipt), Some(o)) = (&answer, &self.observer) {
+                        o.commit_accepted(unit, changes, fence, receipt);
                     }
                     sleep(latency / 2).await;
                     answer
