@@ -136,6 +136,10 @@ pub(crate) struct UnitAgent {
     pub(crate) queue: VecDeque<Hook>,
     pub(crate) retry: RetryPolicy,
     pub(crate) leadership: LeadershipConfig,
+    /// Whether the unit ran install already (a unit resumed from the store has).
+    pub(crate) installed: bool,
+    /// The term for which leader-elected already ran, if the unit resumes as leader.
+    pub(crate) elected_term: Option<u64>,
 }
 
 impl UnitAgent {
@@ -153,8 +157,8 @@ impl UnitAgent {
         // Know the first answer before the first hook, so leader-elected lands in Juju's
         // place (after install); a silent store does not hold the unit up for long.
         let _ = timeout(self.leadership.request_timeout, leadership.wait_for(|l| *l != Leadership::Unknown)).await;
-        let mut installed = false;
-        let mut elected_term: Option<u64> = None;
+        let mut installed = self.installed;
+        let mut elected_term = self.elected_term;
         let mut failures = 0u32;
         loop {
             while let Ok(hook) = self.inbox.try_recv() {

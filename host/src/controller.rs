@@ -233,6 +233,11 @@ impl Controller {
         config: BTreeMap<String, ConfigValue>,
         units: u32,
     ) -> Result<Vec<String>, ControllerError> {
+        match self.shared.store.application(app).await {
+            Ok(existing) => return self.resume(existing, executor).await,
+            Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
         let mut settings = BTreeMap::new();
         for (name, value) in config {
             let option = metadata.option(&name).ok_or_else(|| ControllerError::BadOption {
@@ -260,13 +265,36 @@ impl Controller {
         let mut names = Vec::new();
         for _ in 0..units {
             let unit = self.shared.store.add_unit(app).await?;
-            self.start_agent(&unit, executor.clone(), vec![Hook::Install, Hook::ConfigChanged, Hook::Start]);
+            let initial = vec![Hook::Install, Hook::ConfigChanged, Hook::Start];
+            self.start_agent(&unit, executor.clone(), initial, false, None);
             names.push(unit);
         }
         Ok(names)
     }
 
-    fn start_agent(&self, unit: &str, executor: Arc<dyn HookExecutor>, initial: Vec<Hook>) {
+    /// Starts the agents of an application the store already has: nothing is deployed
+    /// again and install does not run again.
+    async fn resume(&self, app: ApplicationRecord, executor: Arc<dyn HookExecutor>) -> Result<Vec<String>, ControllerError> {
+        tracing::info!(app = %app.name, "resuming from the store");
+        self.executors.lock().unwrap_or_else(|e| e.into_inner()).insert(app.name.clone(), executor.clone());
+        // A unit that still holds its lease already ran leader-elected for that term.
+        let lease = self.shared.store.leader(&app.name).await.ok().flatten();
+        let units = self.shared.store.units(&app.name).await?;
+        for unit in &units {
+            let elected = lease.as_ref().filter(|l| l.holder == *unit).map(|l| l.term);
+            self.start_agent(unit, executor.clone(), Vec::new(), true, elected);
+        }
+        Ok(units)
+    }
+
+    fn start_agent(
+        &self,
+        unit: &str,
+        executor: Arc<dyn HookExecutor>,
+        initial: Vec<Hook>,
+        installed: bool,
+        elected_term: Option<u64>,
+    ) {
         let (tx, inbox) = mpsc::unbounded_channel();
         self.shared.pending.add(initial.len());
         self.shared.mailboxes.lock().unwrap_or_else(|e| e.into_inner()).insert(unit.to_string(), tx);
@@ -283,6 +311,8 @@ impl Controller {
             queue: VecDeque::from(initial),
             retry: self.config.retry.clone(),
             leadership: self.config.leadership.clone(),
+            installed,
+            elected_term,
         };
         let task = tokio::spawn(agent.run(tracker));
         self.trackers.lock().unwrap_or_else(|e| e.into_inner()).insert(unit.to_string(), task.abort_handle());
@@ -314,6 +344,13 @@ impl Controller {
             RelationEndpoint { app: a.0.to_string(), endpoint: a.1.to_string() },
             RelationEndpoint { app: b.0.to_string(), endpoint: b.1.to_string() },
         ];
+        // Relating again what is already related (a resumed bundle) changes nothing.
+        let existing = self.shared.store.relations().await?.into_iter().find(|r| {
+            r.endpoints.len() == 2 && r.endpoints.iter().all(|e| endpoints.contains(e))
+        });
+        if let Some(existing) = existing {
+            return Ok(existing);
+        }
         let record = self.shared.store.add_relation(&ep_a.interface, endpoints).await?;
         let sides = [(a, b), (b, a)];
         for ((local_app, local_ep), (remote_app, _)) in sides {
@@ -372,7 +409,7 @@ impl Controller {
     pub fn restart_unit(&self, unit: &str) {
         let executor = self.executors.lock().unwrap_or_else(|e| e.into_inner()).get(app_of(unit)).cloned();
         if let Some(executor) = executor {
-            self.start_agent(unit, executor, Vec::new());
+            self.start_agent(unit, executor, Vec::new(), true, None);
         }
     }
 

@@ -15,7 +15,7 @@ use charm_host::charm::{CharmRuntime, RuntimeConfig};
 use charm_host::controller::{Controller, ControllerConfig};
 use charm_host::leadership::LeadershipConfig;
 use charm_host::model::CharmMetadata;
-use charm_host::store::{MemoryStore, ModelStatus, Store};
+use charm_host::store::{MemoryStore, ModelStatus, SqliteStore, Store};
 
 #[derive(Parser)]
 #[command(name = "charm-host", version, about = "Runs Juju charms compiled to WebAssembly components")]
@@ -60,8 +60,30 @@ enum SimCommand {
     },
 }
 
+/// The embedded default: a SQLite file under the current directory.
+const DEFAULT_STORE: &str = "sqlite:.charm-host/model.db";
+
 #[derive(Subcommand)]
 enum Command {
+    /// Shows the model: applications with their leaders, units with their status. Safe to
+    /// run while a host is running on the same store.
+    Status {
+        /// The store: `sqlite:PATH` or `memory`.
+        #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
+        store: String,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Shows an application's pod spec (YAML; JSON with `--format json`).
+    PodSpec {
+        /// The application.
+        app: String,
+        /// The store: `sqlite:PATH` or `memory`.
+        #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
+        store: String,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
     /// Simulations.
     #[command(subcommand)]
     Sim(SimCommand),
@@ -84,8 +106,8 @@ enum Command {
         timeout: f64,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
-        /// The store: `memory` (this process's memory).
-        #[arg(long, default_value = "memory")]
+        /// The store: `sqlite:PATH` (durable, the default) or `memory` (this process only).
+        #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
         store: String,
         /// Seconds a leadership lease is claimed for.
         #[arg(long, default_value_t = 15.0)]
@@ -124,6 +146,14 @@ fn main() -> Result<()> {
         .init();
     match cli.command {
         Command::Inspect { charm, format } => inspect(&charm, format),
+        Command::Status { store, format } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(async { print_status(&open_store(&store, false)?, format).await })
+        }
+        Command::PodSpec { app, store, format } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(print_pod_spec(&open_store(&store, false)?, &app, format))
+        }
         Command::Sim(SimCommand::Leadership { seed, units, hooks, faults, policy, format }) => {
             sim_leadership(seed, units, hooks, &faults, &policy, format)
         }
@@ -269,11 +299,41 @@ fn inspect(path: &PathBuf, format: Format) -> Result<()> {
     Ok(())
 }
 
-fn open_store(spec: &str) -> Result<Arc<dyn Store>> {
-    match spec {
-        "memory" => Ok(Arc::new(MemoryStore::new("default"))),
-        other => bail!("--store {other}: unknown store; this build offers `memory`"),
+/// Opens the store `spec` names; `create` makes a missing SQLite file (and its directory).
+fn open_store(spec: &str, create: bool) -> Result<Arc<dyn Store>> {
+    if spec == "memory" {
+        return Ok(Arc::new(MemoryStore::new("default")));
     }
+    let Some(path) = spec.strip_prefix("sqlite:") else {
+        bail!("--store {spec}: unknown store; use sqlite:PATH or memory");
+    };
+    let path = PathBuf::from(path);
+    if !create && !path.exists() {
+        bail!("--store {spec}: {} does not exist; `charm-host run` creates it", path.display());
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("--store {spec}: cannot create {}", dir.display()))?;
+    }
+    let store = SqliteStore::open(&path, "default").with_context(|| format!("--store {spec}"))?;
+    Ok(Arc::new(store))
+}
+
+async fn print_pod_spec(store: &Arc<dyn Store>, app: &str, format: Format) -> Result<()> {
+    let Some(spec) = store.pod_spec(app).await.with_context(|| format!("application {app}"))? else {
+        bail!("application {app} has no pod spec yet");
+    };
+    if format == Format::Json {
+        let out = json!({"application": app, "revision": spec.revision, "spec": spec.spec, "k8s_resources": spec.k8s_resources});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("# {app}, revision {}", spec.revision);
+        print!("{}", serde_yaml::to_string(&spec.spec)?);
+        if let Some(res) = &spec.k8s_resources {
+            println!("---\n# k8s resources");
+            print!("{}", serde_yaml::to_string(res)?);
+        }
+    }
+    Ok(())
 }
 
 async fn run(
@@ -284,7 +344,7 @@ async fn run(
     store: &str,
     leadership: LeadershipConfig,
 ) -> Result<()> {
-    let store = open_store(store)?;
+    let store = open_store(store, true)?;
     let runtime_config = RuntimeConfig::default();
     let margin = runtime_config.guarantee_margin;
     let runtime = CharmRuntime::new(runtime_config).map_err(anyhow::Error::from)?;

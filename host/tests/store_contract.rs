@@ -9,11 +9,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use charm_host::model::{
-    ApplicationRecord, BagWrites, Changes, CharmMetadata, ConfigOptionMeta, ConfigValue, EndpointMeta, OptionType,
-    PodSpecWrite, RelationEndpoint, RelationRecord, RelationRole, Status, StatusKind,
+    ApplicationRecord, BagWrites, Changes, CharmMetadata, ConfigOptionMeta, ConfigValue,
+    EndpointMeta, OptionType, PodSpecWrite, RelationEndpoint, RelationRecord, RelationRole, Status,
+    StatusKind,
 };
 use charm_host::store::{
-    Claim, CommitError, CommitReceipt, Fence, Lease, LeaseStore, MemoryStore, SqliteStore, StateStore, Store, StoreError,
+    Claim, CommitError, CommitReceipt, Fence, Lease, LeaseStore, MemoryStore, SqliteStore,
+    StateStore, Store, StoreError,
 };
 use serde_json::json;
 
@@ -56,15 +58,26 @@ fn metadata(name: &str, relations: Vec<EndpointMeta>) -> CharmMetadata {
 }
 
 fn endpoint(name: &str, role: RelationRole, interface: &str) -> EndpointMeta {
-    EndpointMeta { name: name.into(), role, interface: interface.into(), limit: None }
+    EndpointMeta {
+        name: name.into(),
+        role,
+        interface: interface.into(),
+        limit: None,
+    }
 }
 
 fn side(app: &str, endpoint: &str) -> RelationEndpoint {
-    RelationEndpoint { app: app.into(), endpoint: endpoint.into() }
+    RelationEndpoint {
+        app: app.into(),
+        endpoint: endpoint.into(),
+    }
 }
 
 fn writes(pairs: &[(&str, Option<&str>)]) -> BagWrites {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.map(str::to_string))).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+        .collect()
 }
 
 fn status(kind: StatusKind, message: &str) -> Status {
@@ -85,7 +98,10 @@ async fn deploy(store: &dyn Store) -> Model {
         charm: "charms/web.wasm".into(),
         metadata: metadata(
             "web",
-            vec![endpoint("db", RelationRole::Requires, "pgsql"), endpoint("cluster", RelationRole::Peers, "web-peers")],
+            vec![
+                endpoint("db", RelationRole::Requires, "pgsql"),
+                endpoint("cluster", RelationRole::Peers, "web-peers"),
+            ],
         ),
         config: BTreeMap::from([("greeting".to_string(), ConfigValue::String("hi".into()))]),
     };
@@ -98,7 +114,10 @@ async fn deploy(store: &dyn Store) -> Model {
     let other = ApplicationRecord {
         name: "other".into(),
         charm: "charms/other.wasm".into(),
-        metadata: metadata("other", vec![endpoint("db", RelationRole::Requires, "pgsql")]),
+        metadata: metadata(
+            "other",
+            vec![endpoint("db", RelationRole::Requires, "pgsql")],
+        ),
         config: BTreeMap::new(),
     };
     for app in [web, db, other] {
@@ -109,15 +128,32 @@ async fn deploy(store: &dyn Store) -> Model {
     }
     store.add_unit("db").await.unwrap();
     store.add_unit("other").await.unwrap();
-    let web_db = store.add_relation("pgsql", vec![side("web", "db"), side("db", "db")]).await.unwrap();
-    let peers = store.add_relation("web-peers", vec![side("web", "cluster")]).await.unwrap();
-    let other_db = store.add_relation("pgsql", vec![side("other", "db"), side("db", "db")]).await.unwrap();
-    Model { web_db, peers, other_db }
+    let web_db = store
+        .add_relation("pgsql", vec![side("web", "db"), side("db", "db")])
+        .await
+        .unwrap();
+    let peers = store
+        .add_relation("web-peers", vec![side("web", "cluster")])
+        .await
+        .unwrap();
+    let other_db = store
+        .add_relation("pgsql", vec![side("other", "db"), side("db", "db")])
+        .await
+        .unwrap();
+    Model {
+        web_db,
+        peers,
+        other_db,
+    }
 }
 
 async fn hold(store: &dyn Store, app: &str, unit: &str, duration: Duration) -> Fence {
     match store.claim(app, unit, duration).await.unwrap() {
-        Claim::Held(lease) => Fence { app: app.into(), holder: unit.into(), term: lease.term },
+        Claim::Held(lease) => Fence {
+            app: app.into(),
+            holder: unit.into(),
+            term: lease.term,
+        },
         denied => panic!("{unit} could not take {app}'s lease: {denied:?}"),
     }
 }
@@ -128,7 +164,10 @@ fn leader_hook(m: &Model) -> Changes {
         unit_bags: BTreeMap::from([(m.web_db.id, writes(&[("host", Some("web-0"))]))]),
         app_bags: BTreeMap::from([(m.web_db.id, writes(&[("database", Some("web"))]))]),
         leader_data: writes(&[("secret", Some("s3cret"))]),
-        pod_spec: Some(PodSpecWrite { spec: json!({"containers": [{"name": "web"}]}), k8s_resources: None }),
+        pod_spec: Some(PodSpecWrite {
+            spec: json!({"containers": [{"name": "web"}]}),
+            k8s_resources: None,
+        }),
         unit_status: Some(status(StatusKind::Active, "ready")),
         app_status: Some(status(StatusKind::Active, "serving")),
         workload_version: Some("1.2.3".into()),
@@ -140,10 +179,26 @@ fn leader_hook(m: &Model) -> Changes {
 async fn assert_nothing_applied(store: &dyn Store, m: &Model) {
     let snap = store.snapshot("web/0").await.unwrap();
     let rel = &snap.relations[&m.web_db.id];
-    assert!(rel.unit_bags["web/0"].is_empty(), "unit bag written: {:?}", rel.unit_bags);
-    assert!(rel.app_bags["web"].is_empty(), "app bag written: {:?}", rel.app_bags);
-    assert!(snap.leader_data.is_empty(), "leader data written: {:?}", snap.leader_data);
-    assert!(snap.stored.is_empty(), "stored state written: {:?}", snap.stored);
+    assert!(
+        rel.unit_bags["web/0"].is_empty(),
+        "unit bag written: {:?}",
+        rel.unit_bags
+    );
+    assert!(
+        rel.app_bags["web"].is_empty(),
+        "app bag written: {:?}",
+        rel.app_bags
+    );
+    assert!(
+        snap.leader_data.is_empty(),
+        "leader data written: {:?}",
+        snap.leader_data
+    );
+    assert!(
+        snap.stored.is_empty(),
+        "stored state written: {:?}",
+        snap.stored
+    );
     assert_eq!(snap.unit_status, Status::default());
     assert_eq!(snap.app_status, Status::default());
     assert_eq!(store.pod_spec("web").await.unwrap(), None);
@@ -156,10 +211,20 @@ async fn assert_nothing_applied(store: &dyn Store, m: &Model) {
 
 async fn first_claim_gets_term_one(store: &dyn Store) {
     let claim = store.claim("web", "web/0", LONG).await.unwrap();
-    assert_eq!(claim, Claim::Held(Lease { holder: "web/0".into(), term: 1, duration: LONG }));
+    assert_eq!(
+        claim,
+        Claim::Held(Lease {
+            holder: "web/0".into(),
+            term: 1,
+            duration: LONG
+        })
+    );
     let leader = store.leader("web").await.unwrap().expect("a live lease");
     assert_eq!((leader.holder.as_str(), leader.term), ("web/0", 1));
-    assert!(leader.duration <= LONG && leader.duration > LONG - Duration::from_secs(5), "{leader:?}");
+    assert!(
+        leader.duration <= LONG && leader.duration > LONG - Duration::from_secs(5),
+        "{leader:?}"
+    );
     assert_eq!(store.leader("db").await.unwrap(), None);
 }
 
@@ -168,17 +233,34 @@ async fn holder_claim_extends_and_keeps_term(store: &dyn Store) {
     hold(store, "web", "web/0", lease).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let again = store.claim("web", "web/0", lease).await.unwrap();
-    assert_eq!(again, Claim::Held(Lease { holder: "web/0".into(), term: 1, duration: lease }));
+    assert_eq!(
+        again,
+        Claim::Held(Lease {
+            holder: "web/0".into(),
+            term: 1,
+            duration: lease
+        })
+    );
     // 200 ms after the first claim: only the extension keeps it alive.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let leader = store.leader("web").await.unwrap().expect("the extension keeps the lease");
+    let leader = store
+        .leader("web")
+        .await
+        .unwrap()
+        .expect("the extension keeps the lease");
     assert_eq!((leader.holder.as_str(), leader.term), ("web/0", 1));
 }
 
 async fn other_claim_denied_while_lease_live(store: &dyn Store) {
     hold(store, "web", "web/0", LONG).await;
     let claim = store.claim("web", "web/1", LONG).await.unwrap();
-    assert_eq!(claim, Claim::Denied { holder: "web/0".into(), term: 1 });
+    assert_eq!(
+        claim,
+        Claim::Denied {
+            holder: "web/0".into(),
+            term: 1
+        }
+    );
     let leader = store.leader("web").await.unwrap().unwrap();
     assert_eq!((leader.holder.as_str(), leader.term), ("web/0", 1));
 }
@@ -186,23 +268,44 @@ async fn other_claim_denied_while_lease_live(store: &dyn Store) {
 async fn expired_lease_goes_to_next_claimant_with_next_term(store: &dyn Store) {
     hold(store, "web", "web/0", SHORT).await;
     tokio::time::sleep(PAST_SHORT).await;
-    assert_eq!(store.leader("web").await.unwrap(), None, "the lease outlived its duration");
+    assert_eq!(
+        store.leader("web").await.unwrap(),
+        None,
+        "the lease outlived its duration"
+    );
     let claim = store.claim("web", "web/1", LONG).await.unwrap();
-    assert_eq!(claim, Claim::Held(Lease { holder: "web/1".into(), term: 2, duration: LONG }));
+    assert_eq!(
+        claim,
+        Claim::Held(Lease {
+            holder: "web/1".into(),
+            term: 2,
+            duration: LONG
+        })
+    );
 }
 
 async fn holder_reclaiming_after_expiry_gets_new_term(store: &dyn Store) {
     hold(store, "web", "web/0", SHORT).await;
     tokio::time::sleep(PAST_SHORT).await;
     let claim = store.claim("web", "web/0", LONG).await.unwrap();
-    assert_eq!(claim, Claim::Held(Lease { holder: "web/0".into(), term: 2, duration: LONG }));
+    assert_eq!(
+        claim,
+        Claim::Held(Lease {
+            holder: "web/0".into(),
+            term: 2,
+            duration: LONG
+        })
+    );
 }
 
 async fn release_frees_lease_and_terms_never_repeat(store: &dyn Store) {
     hold(store, "web", "web/0", LONG).await;
     // Only the holder can release.
     store.release("web", "web/1").await.unwrap();
-    assert_eq!(store.leader("web").await.unwrap().map(|l| l.holder), Some("web/0".into()));
+    assert_eq!(
+        store.leader("web").await.unwrap().map(|l| l.holder),
+        Some("web/0".into())
+    );
     store.release("web", "web/0").await.unwrap();
     assert_eq!(store.leader("web").await.unwrap(), None);
     let mut terms = vec![1];
@@ -226,7 +329,10 @@ async fn terms_are_per_application(store: &dyn Store) {
 async fn fenced_commit_with_current_term_is_applied(store: &dyn Store) {
     let m = deploy(store).await;
     let fence = hold(store, "web", "web/0", LONG).await;
-    let receipt = store.commit("web/0", &leader_hook(&m), Some(&fence)).await.unwrap();
+    let receipt = store
+        .commit("web/0", &leader_hook(&m), Some(&fence))
+        .await
+        .unwrap();
     assert_eq!(
         receipt,
         CommitReceipt {
@@ -238,14 +344,29 @@ async fn fenced_commit_with_current_term_is_applied(store: &dyn Store) {
     );
     let snap = store.snapshot("web/0").await.unwrap();
     let rel = &snap.relations[&m.web_db.id];
-    assert_eq!(rel.unit_bags["web/0"], BTreeMap::from([("host".into(), "web-0".into())]));
-    assert_eq!(rel.app_bags["web"], BTreeMap::from([("database".into(), "web".into())]));
-    assert_eq!(snap.leader_data, BTreeMap::from([("secret".into(), "s3cret".into())]));
-    assert_eq!(snap.stored, BTreeMap::from([("installed".into(), "yes".into())]));
+    assert_eq!(
+        rel.unit_bags["web/0"],
+        BTreeMap::from([("host".into(), "web-0".into())])
+    );
+    assert_eq!(
+        rel.app_bags["web"],
+        BTreeMap::from([("database".into(), "web".into())])
+    );
+    assert_eq!(
+        snap.leader_data,
+        BTreeMap::from([("secret".into(), "s3cret".into())])
+    );
+    assert_eq!(
+        snap.stored,
+        BTreeMap::from([("installed".into(), "yes".into())])
+    );
     assert_eq!(snap.unit_status, status(StatusKind::Active, "ready"));
     assert_eq!(snap.app_status, status(StatusKind::Active, "serving"));
     let spec = store.pod_spec("web").await.unwrap().unwrap();
-    assert_eq!((spec.revision, spec.spec), (1, json!({"containers": [{"name": "web"}]})));
+    assert_eq!(
+        (spec.revision, spec.spec),
+        (1, json!({"containers": [{"name": "web"}]}))
+    );
 }
 
 async fn stale_term_commit_is_rejected_and_applies_nothing(store: &dyn Store) {
@@ -254,7 +375,10 @@ async fn stale_term_commit_is_rejected_and_applies_nothing(store: &dyn Store) {
     store.release("web", "web/0").await.unwrap();
     let current = hold(store, "web", "web/0", LONG).await;
     assert_eq!(current.term, stale.term + 1);
-    let err = store.commit("web/0", &leader_hook(&m), Some(&stale)).await.unwrap_err();
+    let err = store
+        .commit("web/0", &leader_hook(&m), Some(&stale))
+        .await
+        .unwrap_err();
     assert_eq!(err, CommitError::Fenced { fence: stale });
     assert_nothing_applied(store, &m).await;
 }
@@ -263,16 +387,32 @@ async fn commit_fenced_by_another_holder_is_rejected(store: &dyn Store) {
     let m = deploy(store).await;
     let leader = hold(store, "web", "web/1", LONG).await;
     // web/0 presents web/1's fence: the fence must name the committing unit.
-    let err = store.commit("web/0", &leader_hook(&m), Some(&leader)).await.unwrap_err();
+    let err = store
+        .commit("web/0", &leader_hook(&m), Some(&leader))
+        .await
+        .unwrap_err();
     assert!(matches!(err, CommitError::Fenced { .. }), "{err:?}");
     // A fence naming web/0 with web/1's term, while web/1 holds the lease.
-    let forged = Fence { holder: "web/0".into(), ..leader.clone() };
-    let err = store.commit("web/0", &leader_hook(&m), Some(&forged)).await.unwrap_err();
+    let forged = Fence {
+        holder: "web/0".into(),
+        ..leader.clone()
+    };
+    let err = store
+        .commit("web/0", &leader_hook(&m), Some(&forged))
+        .await
+        .unwrap_err();
     assert_eq!(err, CommitError::Fenced { fence: forged });
     // A fence for another application.
     let db = hold(store, "db", "db/0", LONG).await;
-    let wrong_app = Fence { app: "db".into(), holder: "web/0".into(), term: db.term };
-    let err = store.commit("web/0", &leader_hook(&m), Some(&wrong_app)).await.unwrap_err();
+    let wrong_app = Fence {
+        app: "db".into(),
+        holder: "web/0".into(),
+        term: db.term,
+    };
+    let err = store
+        .commit("web/0", &leader_hook(&m), Some(&wrong_app))
+        .await
+        .unwrap_err();
     assert!(matches!(err, CommitError::Fenced { .. }), "{err:?}");
     assert_nothing_applied(store, &m).await;
 }
@@ -282,7 +422,10 @@ async fn commit_after_expiry_is_rejected(store: &dyn Store) {
     let fence = hold(store, "web", "web/0", SHORT).await;
     tokio::time::sleep(PAST_SHORT).await;
     // Nobody else claimed: the lease still names web/0 and its term, but it has expired.
-    let err = store.commit("web/0", &leader_hook(&m), Some(&fence)).await.unwrap_err();
+    let err = store
+        .commit("web/0", &leader_hook(&m), Some(&fence))
+        .await
+        .unwrap_err();
     assert_eq!(err, CommitError::Fenced { fence });
     assert_nothing_applied(store, &m).await;
 }
@@ -291,10 +434,22 @@ async fn unfenced_leader_only_writes_are_refused(store: &dyn Store) {
     let m = deploy(store).await;
     let all = leader_hook(&m);
     let leader_only = [
-        Changes { app_bags: all.app_bags.clone(), ..Changes::default() },
-        Changes { leader_data: all.leader_data.clone(), ..Changes::default() },
-        Changes { pod_spec: all.pod_spec.clone(), ..Changes::default() },
-        Changes { app_status: all.app_status.clone(), ..Changes::default() },
+        Changes {
+            app_bags: all.app_bags.clone(),
+            ..Changes::default()
+        },
+        Changes {
+            leader_data: all.leader_data.clone(),
+            ..Changes::default()
+        },
+        Changes {
+            pod_spec: all.pod_spec.clone(),
+            ..Changes::default()
+        },
+        Changes {
+            app_status: all.app_status.clone(),
+            ..Changes::default()
+        },
     ];
     // Even the lease holder needs to present its fence.
     hold(store, "web", "web/0", LONG).await;
@@ -325,11 +480,22 @@ async fn unit_writes_need_no_fence(store: &dyn Store) {
     let receipt = store.commit("web/1", &changes, None).await.unwrap();
     assert_eq!(receipt.unit_bags_changed, [m.web_db.id]);
     let snap = store.snapshot("web/1").await.unwrap();
-    assert_eq!(snap.relations[&m.web_db.id].unit_bags["web/1"]["host"], "web-1");
+    assert_eq!(
+        snap.relations[&m.web_db.id].unit_bags["web/1"]["host"],
+        "web-1"
+    );
     assert_eq!(snap.unit_status, status(StatusKind::Waiting, "for db"));
     assert_eq!(snap.stored["k"], "v");
     let status = store.status().await.unwrap();
-    assert_eq!(status.units.iter().find(|u| u.name == "web/1").unwrap().workload_version, "2.0");
+    assert_eq!(
+        status
+            .units
+            .iter()
+            .find(|u| u.name == "web/1")
+            .unwrap()
+            .workload_version,
+        "2.0"
+    );
 }
 
 async fn unknown_relation_applies_nothing(store: &dyn Store) {
@@ -337,24 +503,46 @@ async fn unknown_relation_applies_nothing(store: &dyn Store) {
     let fence = hold(store, "web", "web/0", LONG).await;
     let unknown = 9_999;
     let mut changes = leader_hook(&m);
-    changes.unit_bags.insert(unknown, writes(&[("x", Some("y"))]));
-    let err = store.commit("web/0", &changes, Some(&fence)).await.unwrap_err();
-    assert_eq!(err, CommitError::Store(StoreError::NotFound(format!("relation {unknown}"))));
+    changes
+        .unit_bags
+        .insert(unknown, writes(&[("x", Some("y"))]));
+    let err = store
+        .commit("web/0", &changes, Some(&fence))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CommitError::Store(StoreError::NotFound(format!("relation {unknown}")))
+    );
     assert_nothing_applied(store, &m).await;
 
     // A relation that exists but that web is not in.
     let mut changes = leader_hook(&m);
-    changes.app_bags.insert(m.other_db.id, writes(&[("x", Some("y"))]));
-    let err = store.commit("web/0", &changes, Some(&fence)).await.unwrap_err();
-    assert_eq!(err, CommitError::Store(StoreError::NotFound(format!("relation {}", m.other_db.id))));
+    changes
+        .app_bags
+        .insert(m.other_db.id, writes(&[("x", Some("y"))]));
+    let err = store
+        .commit("web/0", &changes, Some(&fence))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CommitError::Store(StoreError::NotFound(format!("relation {}", m.other_db.id)))
+    );
     assert_nothing_applied(store, &m).await;
 }
 
 async fn commit_for_unknown_unit_is_not_found(store: &dyn Store) {
     deploy(store).await;
-    let changes = Changes { stored: writes(&[("k", Some("v"))]), ..Changes::default() };
+    let changes = Changes {
+        stored: writes(&[("k", Some("v"))]),
+        ..Changes::default()
+    };
     let err = store.commit("web/7", &changes, None).await.unwrap_err();
-    assert_eq!(err, CommitError::Store(StoreError::NotFound("unit web/7".into())));
+    assert_eq!(
+        err,
+        CommitError::Store(StoreError::NotFound("unit web/7".into()))
+    );
 }
 
 // ---------------------------------------------------------------- pod specs and receipts
@@ -363,31 +551,92 @@ async fn pod_spec_revision_grows_only_on_change(store: &dyn Store) {
     deploy(store).await;
     let fence = hold(store, "web", "web/0", LONG).await;
     let set = |spec: serde_json::Value, resources: Option<serde_json::Value>| Changes {
-        pod_spec: Some(PodSpecWrite { spec, k8s_resources: resources }),
+        pod_spec: Some(PodSpecWrite {
+            spec,
+            k8s_resources: resources,
+        }),
         ..Changes::default()
     };
     let spec = json!({"containers": [{"name": "web", "image": "nginx:1.25", "ports": [80, 443]}]});
     let revision = |r: CommitReceipt| r.pod_spec_revision;
 
-    assert_eq!(revision(store.commit("web/0", &set(spec.clone(), None), Some(&fence)).await.unwrap()), Some(1));
-    assert_eq!(revision(store.commit("web/0", &set(spec.clone(), None), Some(&fence)).await.unwrap()), None);
-    assert_eq!(store.pod_spec("web").await.unwrap().unwrap().revision, 1, "an unchanged spec made a revision");
+    assert_eq!(
+        revision(
+            store
+                .commit("web/0", &set(spec.clone(), None), Some(&fence))
+                .await
+                .unwrap()
+        ),
+        Some(1)
+    );
+    assert_eq!(
+        revision(
+            store
+                .commit("web/0", &set(spec.clone(), None), Some(&fence))
+                .await
+                .unwrap()
+        ),
+        None
+    );
+    assert_eq!(
+        store.pod_spec("web").await.unwrap().unwrap().revision,
+        1,
+        "an unchanged spec made a revision"
+    );
 
     let resources = json!({"kubernetesResources": {"secrets": [{"name": "s"}]}});
     let with_resources = set(spec.clone(), Some(resources.clone()));
-    assert_eq!(revision(store.commit("web/0", &with_resources, Some(&fence)).await.unwrap()), Some(2));
-    assert_eq!(revision(store.commit("web/0", &with_resources, Some(&fence)).await.unwrap()), None);
+    assert_eq!(
+        revision(
+            store
+                .commit("web/0", &with_resources, Some(&fence))
+                .await
+                .unwrap()
+        ),
+        Some(2)
+    );
+    assert_eq!(
+        revision(
+            store
+                .commit("web/0", &with_resources, Some(&fence))
+                .await
+                .unwrap()
+        ),
+        None
+    );
 
-    let changed = json!({"containers": [{"name": "web", "image": "nginx:1.26", "ports": [80, 443]}]});
-    let receipt = store.commit("web/0", &set(changed.clone(), Some(resources.clone())), Some(&fence)).await.unwrap();
+    let changed =
+        json!({"containers": [{"name": "web", "image": "nginx:1.26", "ports": [80, 443]}]});
+    let receipt = store
+        .commit(
+            "web/0",
+            &set(changed.clone(), Some(resources.clone())),
+            Some(&fence),
+        )
+        .await
+        .unwrap();
     assert_eq!(revision(receipt), Some(3));
     // Dropping the resources is a change too.
-    assert_eq!(revision(store.commit("web/0", &set(changed.clone(), None), Some(&fence)).await.unwrap()), Some(4));
+    assert_eq!(
+        revision(
+            store
+                .commit("web/0", &set(changed.clone(), None), Some(&fence))
+                .await
+                .unwrap()
+        ),
+        Some(4)
+    );
 
     let stored = store.pod_spec("web").await.unwrap().unwrap();
-    assert_eq!((stored.revision, stored.spec, stored.k8s_resources), (4, changed, None));
+    assert_eq!(
+        (stored.revision, stored.spec, stored.k8s_resources),
+        (4, changed, None)
+    );
     assert_eq!(store.pod_spec("db").await.unwrap(), None);
-    assert_eq!(store.pod_spec("nope").await.unwrap_err(), StoreError::NotFound("application nope".into()));
+    assert_eq!(
+        store.pod_spec("nope").await.unwrap_err(),
+        StoreError::NotFound("application nope".into())
+    );
 }
 
 async fn receipt_lists_only_what_changed(store: &dyn Store) {
@@ -414,7 +663,10 @@ async fn receipt_lists_only_what_changed(store: &dyn Store) {
         leader_data: writes(&[("a", Some("1")), ("zz", None)]),
         ..Changes::default()
     };
-    assert_eq!(store.commit("web/0", &same, Some(&fence)).await.unwrap(), CommitReceipt::default());
+    assert_eq!(
+        store.commit("web/0", &same, Some(&fence)).await.unwrap(),
+        CommitReceipt::default()
+    );
 
     // One changed value in one relation; a deletion in leader data.
     let one = Changes {
@@ -458,7 +710,10 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
         stored: writes(&[("mine", Some("0"))]),
         ..Changes::default()
     };
-    store.commit("web/0", &web0, Some(&web_fence)).await.unwrap();
+    store
+        .commit("web/0", &web0, Some(&web_fence))
+        .await
+        .unwrap();
     let web2 = Changes {
         unit_bags: BTreeMap::from([(m.peers.id, writes(&[("peer", Some("2"))]))]),
         unit_status: Some(status(StatusKind::Blocked, "needs db")),
@@ -477,7 +732,10 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
     store.commit("db/0", &db0, Some(&db_fence)).await.unwrap();
 
     let snap = store.snapshot("web/2").await.unwrap();
-    assert_eq!((snap.model.as_str(), snap.unit.as_str(), snap.app.as_str()), ("test-model", "web/2", "web"));
+    assert_eq!(
+        (snap.model.as_str(), snap.unit.as_str(), snap.app.as_str()),
+        ("test-model", "web/2", "web")
+    );
     // Settings over defaults; an option without default and unset is absent.
     assert_eq!(
         snap.config,
@@ -493,13 +751,19 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
     });
 
     let db = &snap.relations[&m.web_db.id];
-    assert_eq!((db.id, db.endpoint.as_str(), db.remote_app.as_str()), (m.web_db.id, "db", "db"));
+    assert_eq!(
+        (db.id, db.endpoint.as_str(), db.remote_app.as_str()),
+        (m.web_db.id, "db", "db")
+    );
     assert_eq!(db.remote_units, ["db/0"]);
     let empty = BTreeMap::new();
     assert_eq!(
         db.unit_bags,
         BTreeMap::from([
-            ("db/0".to_string(), BTreeMap::from([("dsn".to_string(), "host=db".to_string())])),
+            (
+                "db/0".to_string(),
+                BTreeMap::from([("dsn".to_string(), "host=db".to_string())])
+            ),
             ("web/2".to_string(), empty.clone()),
         ]),
         "only the remote units' and the unit's own bags, and not another relation's"
@@ -507,41 +771,79 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
     assert_eq!(
         db.app_bags,
         BTreeMap::from([
-            ("db".to_string(), BTreeMap::from([("version".to_string(), "12".to_string())])),
+            (
+                "db".to_string(),
+                BTreeMap::from([("version".to_string(), "12".to_string())])
+            ),
             ("web".to_string(), empty.clone()),
         ])
     );
 
     let peers = &snap.relations[&m.peers.id];
-    assert_eq!((peers.endpoint.as_str(), peers.remote_app.as_str()), ("cluster", "web"));
+    assert_eq!(
+        (peers.endpoint.as_str(), peers.remote_app.as_str()),
+        ("cluster", "web")
+    );
     assert_eq!(peers.remote_units, ["web/0", "web/1"]);
     assert_eq!(
         peers.unit_bags,
         BTreeMap::from([
-            ("web/0".to_string(), BTreeMap::from([("peer".to_string(), "0".to_string())])),
+            (
+                "web/0".to_string(),
+                BTreeMap::from([("peer".to_string(), "0".to_string())])
+            ),
             ("web/1".to_string(), empty.clone()),
-            ("web/2".to_string(), BTreeMap::from([("peer".to_string(), "2".to_string())])),
+            (
+                "web/2".to_string(),
+                BTreeMap::from([("peer".to_string(), "2".to_string())])
+            ),
         ])
     );
     assert_eq!(
         peers.app_bags,
-        BTreeMap::from([("web".to_string(), BTreeMap::from([("cluster".to_string(), "c1".to_string())]))])
+        BTreeMap::from([(
+            "web".to_string(),
+            BTreeMap::from([("cluster".to_string(), "c1".to_string())])
+        )])
     );
 
-    assert_eq!(snap.leader_data, BTreeMap::from([("secret".to_string(), "s".to_string())]));
+    assert_eq!(
+        snap.leader_data,
+        BTreeMap::from([("secret".to_string(), "s".to_string())])
+    );
     assert_eq!(snap.unit_status, status(StatusKind::Blocked, "needs db"));
     assert_eq!(snap.app_status, status(StatusKind::Active, "web up"));
-    assert_eq!(snap.stored, BTreeMap::from([("mine".to_string(), "2".to_string())]), "another unit's stored state");
+    assert_eq!(
+        snap.stored,
+        BTreeMap::from([("mine".to_string(), "2".to_string())]),
+        "another unit's stored state"
+    );
 
     // db/0 sees all three web units, and the other relation too.
     let snap = store.snapshot("db/0").await.unwrap();
-    assert_eq!(snap.relations[&m.web_db.id].remote_units, ["web/0", "web/1", "web/2"]);
-    assert_eq!(snap.relations[&m.web_db.id].unit_bags["web/0"]["host"], "web-0");
+    assert_eq!(
+        snap.relations[&m.web_db.id].remote_units,
+        ["web/0", "web/1", "web/2"]
+    );
+    assert_eq!(
+        snap.relations[&m.web_db.id].unit_bags["web/0"]["host"],
+        "web-0"
+    );
     assert_eq!(snap.relations[&m.other_db.id].remote_app, "other");
-    assert_eq!(snap.config["greeting"], ConfigValue::String("hello".into()), "the default");
-    assert!(snap.leader_data.is_empty(), "another application's leader data");
+    assert_eq!(
+        snap.config["greeting"],
+        ConfigValue::String("hello".into()),
+        "the default"
+    );
+    assert!(
+        snap.leader_data.is_empty(),
+        "another application's leader data"
+    );
 
-    assert_eq!(store.snapshot("web/9").await.unwrap_err(), StoreError::NotFound("unit web/9".into()));
+    assert_eq!(
+        store.snapshot("web/9").await.unwrap_err(),
+        StoreError::NotFound("unit web/9".into())
+    );
 }
 
 async fn status_rows_show_leaders_and_hook_errors(store: &dyn Store) {
@@ -555,13 +857,24 @@ async fn status_rows_show_leaders_and_hook_errors(store: &dyn Store) {
         ..Changes::default()
     };
     store.commit("web/1", &changes, Some(&fence)).await.unwrap();
-    store.set_hook_error("web/1", Some("hook failed: db-relation-changed".into())).await.unwrap();
+    store
+        .set_hook_error("web/1", Some("hook failed: db-relation-changed".into()))
+        .await
+        .unwrap();
 
     let status_now = store.status().await.unwrap();
     let apps: Vec<_> = status_now
         .applications
         .iter()
-        .map(|a| (a.name.as_str(), a.charm.as_str(), a.leader.as_deref(), a.term, a.pod_spec_revision))
+        .map(|a| {
+            (
+                a.name.as_str(),
+                a.charm.as_str(),
+                a.leader.as_deref(),
+                a.term,
+                a.pod_spec_revision,
+            )
+        })
         .collect();
     assert_eq!(
         apps,
@@ -571,22 +884,44 @@ async fn status_rows_show_leaders_and_hook_errors(store: &dyn Store) {
             ("web", "charms/web.wasm", Some("web/1"), Some(1), Some(1)),
         ]
     );
-    assert_eq!(status_now.applications[2].status, status(StatusKind::Maintenance, "upgrading"));
-    let units: Vec<_> = status_now.units.iter().map(|u| (u.name.as_str(), u.leader)).collect();
+    assert_eq!(
+        status_now.applications[2].status,
+        status(StatusKind::Maintenance, "upgrading")
+    );
+    let units: Vec<_> = status_now
+        .units
+        .iter()
+        .map(|u| (u.name.as_str(), u.leader))
+        .collect();
     assert_eq!(
         units,
-        [("db/0", false), ("other/0", false), ("web/0", false), ("web/1", true), ("web/2", false)]
+        [
+            ("db/0", false),
+            ("other/0", false),
+            ("web/0", false),
+            ("web/1", true),
+            ("web/2", false)
+        ]
     );
     let web1 = &status_now.units[3];
-    assert_eq!(web1.status, status(StatusKind::Error, "hook failed: db-relation-changed"));
+    assert_eq!(
+        web1.status,
+        status(StatusKind::Error, "hook failed: db-relation-changed")
+    );
     assert_eq!(web1.workload_version, "9.1");
 
     // The hook recovers: the unit's own status shows again.
     store.set_hook_error("web/1", None).await.unwrap();
     let status_now = store.status().await.unwrap();
-    assert_eq!(status_now.units[3].status, status(StatusKind::Active, "ready"));
     assert_eq!(
-        store.set_hook_error("web/9", Some("x".into())).await.unwrap_err(),
+        status_now.units[3].status,
+        status(StatusKind::Active, "ready")
+    );
+    assert_eq!(
+        store
+            .set_hook_error("web/9", Some("x".into()))
+            .await
+            .unwrap_err(),
         StoreError::NotFound("unit web/9".into())
     );
 }
@@ -595,10 +930,18 @@ async fn status_forgets_expired_leaders(store: &dyn Store) {
     deploy(store).await;
     hold(store, "db", "db/0", SHORT).await;
     let row = |s: &charm_host::store::ModelStatus| {
-        let a = s.applications.iter().find(|a| a.name == "db").unwrap().clone();
+        let a = s
+            .applications
+            .iter()
+            .find(|a| a.name == "db")
+            .unwrap()
+            .clone();
         (a.leader, a.term)
     };
-    assert_eq!(row(&store.status().await.unwrap()), (Some("db/0".into()), Some(1)));
+    assert_eq!(
+        row(&store.status().await.unwrap()),
+        (Some("db/0".into()), Some(1))
+    );
     tokio::time::sleep(PAST_SHORT).await;
     let status = store.status().await.unwrap();
     assert_eq!(row(&status), (None, None));
@@ -608,31 +951,80 @@ async fn status_forgets_expired_leaders(store: &dyn Store) {
 async fn model_records_apps_units_and_relations(store: &dyn Store) {
     let m = deploy(store).await;
     assert_eq!(store.model_name(), "test-model");
-    let names: Vec<_> = store.applications().await.unwrap().into_iter().map(|a| a.name).collect();
+    let names: Vec<_> = store
+        .applications()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.name)
+        .collect();
     assert_eq!(names, ["db", "other", "web"]);
     let web = store.application("web").await.unwrap();
     assert_eq!(web.metadata.config.len(), 3);
     assert_eq!(web.config["greeting"], ConfigValue::String("hi".into()));
-    assert_eq!(store.application("nope").await.unwrap_err(), StoreError::NotFound("application nope".into()));
+    assert_eq!(
+        store.application("nope").await.unwrap_err(),
+        StoreError::NotFound("application nope".into())
+    );
 
     let dup = store.application("db").await.unwrap();
-    assert_eq!(store.add_application(dup).await.unwrap_err(), StoreError::AlreadyExists("application db".into()));
+    assert_eq!(
+        store.add_application(dup).await.unwrap_err(),
+        StoreError::AlreadyExists("application db".into())
+    );
 
-    assert_eq!(store.units("web").await.unwrap(), ["web/0", "web/1", "web/2"]);
+    assert_eq!(
+        store.units("web").await.unwrap(),
+        ["web/0", "web/1", "web/2"]
+    );
     assert_eq!(store.add_unit("web").await.unwrap(), "web/3");
-    assert_eq!(store.units("web").await.unwrap(), ["web/0", "web/1", "web/2", "web/3"]);
-    assert_eq!(store.add_unit("nope").await.unwrap_err(), StoreError::NotFound("application nope".into()));
-    assert_eq!(store.units("nope").await.unwrap_err(), StoreError::NotFound("application nope".into()));
+    assert_eq!(
+        store.units("web").await.unwrap(),
+        ["web/0", "web/1", "web/2", "web/3"]
+    );
+    assert_eq!(
+        store.add_unit("nope").await.unwrap_err(),
+        StoreError::NotFound("application nope".into())
+    );
+    assert_eq!(
+        store.units("nope").await.unwrap_err(),
+        StoreError::NotFound("application nope".into())
+    );
 
-    assert_eq!(store.relations().await.unwrap(), [m.web_db.clone(), m.peers.clone(), m.other_db.clone()]);
-    assert!(m.web_db.id < m.peers.id && m.peers.id < m.other_db.id, "ids grow");
-    let err = store.add_relation("pgsql", m.web_db.endpoints.clone()).await.unwrap_err();
-    assert_eq!(err, StoreError::AlreadyExists(format!("relation {}", m.web_db.id)));
-    let err = store.add_relation("pgsql", vec![side("web", "db"), side("ghost", "db")]).await.unwrap_err();
+    assert_eq!(
+        store.relations().await.unwrap(),
+        [m.web_db.clone(), m.peers.clone(), m.other_db.clone()]
+    );
+    assert!(
+        m.web_db.id < m.peers.id && m.peers.id < m.other_db.id,
+        "ids grow"
+    );
+    let err = store
+        .add_relation("pgsql", m.web_db.endpoints.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        StoreError::AlreadyExists(format!("relation {}", m.web_db.id))
+    );
+    let err = store
+        .add_relation("pgsql", vec![side("web", "db"), side("ghost", "db")])
+        .await
+        .unwrap_err();
     assert_eq!(err, StoreError::NotFound("application ghost".into()));
-    assert_eq!(store.relations().await.unwrap().len(), 3, "a refused relation was added");
-    let next = store.add_relation("pgsql", vec![side("db", "db"), side("web", "db")]).await.unwrap();
-    assert_eq!((next.id, next.interface.as_str()), (m.other_db.id + 1, "pgsql"));
+    assert_eq!(
+        store.relations().await.unwrap().len(),
+        3,
+        "a refused relation was added"
+    );
+    let next = store
+        .add_relation("pgsql", vec![side("db", "db"), side("web", "db")])
+        .await
+        .unwrap();
+    assert_eq!(
+        (next.id, next.interface.as_str()),
+        (m.other_db.id + 1, "pgsql")
+    );
 }
 
 // ---------------------------------------------------------------- the suite, per backend
@@ -711,8 +1103,14 @@ mod sqlite_only {
             let store = SqliteStore::open(&path, "test-model").unwrap();
             let m = deploy(&store).await;
             let fence = hold(&store, "web", "web/0", LONG).await;
-            store.commit("web/0", &leader_hook(&m), Some(&fence)).await.unwrap();
-            store.set_hook_error("web/2", Some("boom".into())).await.unwrap();
+            store
+                .commit("web/0", &leader_hook(&m), Some(&fence))
+                .await
+                .unwrap();
+            store
+                .set_hook_error("web/2", Some("boom".into()))
+                .await
+                .unwrap();
             (
                 m,
                 fence,
@@ -727,13 +1125,30 @@ mod sqlite_only {
         assert_eq!(store.status().await.unwrap(), status);
         assert_eq!(store.pod_spec("web").await.unwrap(), spec);
         assert_eq!(store.relations().await.unwrap(), relations);
-        assert_eq!(store.units("web").await.unwrap(), ["web/0", "web/1", "web/2"]);
-        assert_eq!(store.add_unit("web").await.unwrap(), "web/3", "unit numbers continue");
+        assert_eq!(
+            store.units("web").await.unwrap(),
+            ["web/0", "web/1", "web/2"]
+        );
+        assert_eq!(
+            store.add_unit("web").await.unwrap(),
+            "web/3",
+            "unit numbers continue"
+        );
         // The lease and its term survive: the old holder can still commit with its fence.
-        store.commit("web/0", &leader_hook(&m), Some(&fence)).await.unwrap();
+        store
+            .commit("web/0", &leader_hook(&m), Some(&fence))
+            .await
+            .unwrap();
         store.release("web", "web/0").await.unwrap();
-        assert_eq!(hold(&store, "web", "web/1", LONG).await.term, fence.term + 1, "terms continue");
-        let next = store.add_relation("pgsql", vec![side("db", "db"), side("web", "db")]).await.unwrap();
+        assert_eq!(
+            hold(&store, "web", "web/1", LONG).await.term,
+            fence.term + 1,
+            "terms continue"
+        );
+        let next = store
+            .add_relation("pgsql", vec![side("db", "db"), side("web", "db")])
+            .await
+            .unwrap();
         assert_eq!(next.id, m.other_db.id + 1, "relation ids continue");
     }
 
@@ -748,8 +1163,13 @@ mod sqlite_only {
         }
         let before = bytes(&path);
         let err = SqliteStore::open(&path, "test-model").unwrap_err();
-        let StoreError::Incompatible(message) = &err else { panic!("expected Incompatible, got {err:?}") };
-        assert!(message.contains("schema version 99") && message.contains("newer"), "unclear: {message}");
+        let StoreError::Incompatible(message) = &err else {
+            panic!("expected Incompatible, got {err:?}")
+        };
+        assert!(
+            message.contains("schema version 99") && message.contains("newer"),
+            "unclear: {message}"
+        );
         assert_eq!(bytes(&path), before, "the refused file was modified");
     }
 
@@ -757,11 +1177,16 @@ mod sqlite_only {
     async fn garbage_file_is_refused_and_untouched() {
         let dir = tempfile::tempdir().unwrap();
         // Not SQLite at all; and a SQLite header followed by garbage.
-        let mut noise: Vec<u8> = (0..8192u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-        for (name, contents) in [("noise.db", noise.clone()), ("damaged.db", {
-            noise[..16].copy_from_slice(b"SQLite format 3\0");
-            noise
-        })] {
+        let mut noise: Vec<u8> = (0..8192u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for (name, contents) in [
+            ("noise.db", noise.clone()),
+            ("damaged.db", {
+                noise[..16].copy_from_slice(b"SQLite format 3\0");
+                noise
+            }),
+        ] {
             let path = dir.path().join(name);
             std::fs::write(&path, &contents).unwrap();
             let err = SqliteStore::open(&path, "test-model").unwrap_err();
@@ -779,11 +1204,15 @@ mod sqlite_only {
         let path = dir.path().join("other.db");
         {
             let conn = rusqlite::Connection::open(&path).unwrap();
-            conn.execute_batch("CREATE TABLE photos (id INTEGER PRIMARY KEY, data BLOB)").unwrap();
+            conn.execute_batch("CREATE TABLE photos (id INTEGER PRIMARY KEY, data BLOB)")
+                .unwrap();
         }
         let before = bytes(&path);
         let err = SqliteStore::open(&path, "test-model").unwrap_err();
-        assert!(matches!(&err, StoreError::Incompatible(m) if m.contains("another program")), "{err:?}");
+        assert!(
+            matches!(&err, StoreError::Incompatible(m) if m.contains("another program")),
+            "{err:?}"
+        );
         assert_eq!(bytes(&path), before);
     }
 
@@ -793,7 +1222,10 @@ mod sqlite_only {
         let path = dir.path().join("model.db");
         drop(SqliteStore::open(&path, "prod").unwrap());
         let err = SqliteStore::open(&path, "staging").unwrap_err();
-        assert!(matches!(&err, StoreError::Incompatible(m) if m.contains("prod")), "{err:?}");
+        assert!(
+            matches!(&err, StoreError::Incompatible(m) if m.contains("prod")),
+            "{err:?}"
+        );
         assert!(SqliteStore::open(&path, "prod").is_ok());
     }
 
@@ -802,7 +1234,14 @@ mod sqlite_only {
         let store = SqliteStore::in_memory("test-model").unwrap();
         let m = deploy(&store).await;
         let fence = hold(&store, "web", "web/0", LONG).await;
-        assert_eq!(store.commit("web/0", &leader_hook(&m), Some(&fence)).await.unwrap().pod_spec_revision, Some(1));
+        assert_eq!(
+            store
+                .commit("web/0", &leader_hook(&m), Some(&fence))
+                .await
+                .unwrap()
+                .pod_spec_revision,
+            Some(1)
+        );
     }
 
     /// Two handles on one file stand for two host processes: each has its own connection,
@@ -815,17 +1254,22 @@ mod sqlite_only {
         let m = deploy(a.as_ref()).await;
         let b = Arc::new(SqliteStore::open(&path, "test-model").unwrap());
 
-        // Both claim at once, many times over, for fresh applications.
+        // Both claim at once, many times over, for fresh applications. Enough rounds that
+        // the two transactions overlap (a claim not under the write lock from its first read
+        // fails this test within a few hundred rounds). Errors are collected, not unwrapped,
+        // so one thread's failure cannot leave the other waiting at the barrier.
         const ROUNDS: usize = 500;
         let barrier = Arc::new(Barrier::new(2));
         let contend = |store: Arc<SqliteStore>, unit: &'static str| {
             let barrier = barrier.clone();
             std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
                 (0..ROUNDS)
                     .map(|round| {
                         barrier.wait();
-                        rt.block_on(store.claim(&format!("race{round}"), unit, LONG)).unwrap()
+                        rt.block_on(store.claim(&format!("race{round}"), unit, LONG))
                     })
                     .collect::<Vec<_>>()
             })
@@ -833,29 +1277,54 @@ mod sqlite_only {
         let (ta, tb) = (contend(a.clone(), "race/0"), contend(b.clone(), "race/1"));
         let (ca, cb) = (ta.join().unwrap(), tb.join().unwrap());
         for (round, (x, y)) in ca.iter().zip(&cb).enumerate() {
+            let (x, y) = match (x, y) {
+                (Ok(x), Ok(y)) => (x, y),
+                other => panic!("round {round}: a claim failed: {other:?}"),
+            };
             let (winner, denied) = match (x, y) {
-                (Claim::Held(l), Claim::Denied { holder, term }) | (Claim::Denied { holder, term }, Claim::Held(l)) => {
-                    (l, (holder, *term))
-                }
+                (Claim::Held(l), Claim::Denied { holder, term })
+                | (Claim::Denied { holder, term }, Claim::Held(l)) => (l, (holder, *term)),
                 other => panic!("round {round}: not exactly one holder: {other:?}"),
             };
             assert_eq!(winner.term, 1);
-            assert_eq!(denied, (&winner.holder, 1), "round {round}: the denial names another holder");
+            assert_eq!(
+                denied,
+                (&winner.holder, 1),
+                "round {round}: the denial names another holder"
+            );
         }
 
         // The web lease: a takes it; b is denied, and b's commit under a fence of its own
         // making is rejected and applies nothing, seen from either handle.
         let fence = hold(a.as_ref(), "web", "web/0", LONG).await;
-        assert_eq!(b.claim("web", "web/1", LONG).await.unwrap(), Claim::Denied { holder: "web/0".into(), term: 1 });
-        let loser = Fence { app: "web".into(), holder: "web/1".into(), term: fence.term };
+        assert_eq!(
+            b.claim("web", "web/1", LONG).await.unwrap(),
+            Claim::Denied {
+                holder: "web/0".into(),
+                term: 1
+            }
+        );
+        let loser = Fence {
+            app: "web".into(),
+            holder: "web/1".into(),
+            term: fence.term,
+        };
         let mut changes = leader_hook(&m);
         changes.unit_bags = BTreeMap::from([(m.web_db.id, writes(&[("host", Some("web-1"))]))]);
         let err = b.commit("web/1", &changes, Some(&loser)).await.unwrap_err();
         assert_eq!(err, CommitError::Fenced { fence: loser });
         assert_eq!(a.pod_spec("web").await.unwrap(), None);
-        assert!(a.snapshot("web/1").await.unwrap().relations[&m.web_db.id].unit_bags["web/1"].is_empty());
+        assert!(
+            a.snapshot("web/1").await.unwrap().relations[&m.web_db.id].unit_bags["web/1"]
+                .is_empty()
+        );
         // The winner's commit through the other handle is accepted and visible to both.
-        b.commit("web/0", &leader_hook(&m), Some(&fence)).await.unwrap();
-        assert_eq!(a.pod_spec("web").await.unwrap().map(|p| p.revision), Some(1));
+        b.commit("web/0", &leader_hook(&m), Some(&fence))
+            .await
+            .unwrap();
+        assert_eq!(
+            a.pod_spec("web").await.unwrap().map(|p| p.revision),
+            Some(1)
+        );
     }
 }

@@ -50,12 +50,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    AppStatusRow, BoxFuture, Claim, CommitError, CommitReceipt, Fence, Lease, LeaseError, LeaseStore,
-    ModelStatus, StateStore, StoreError, UnitStatusRow,
+    AppStatusRow, BoxFuture, Claim, CommitError, CommitReceipt, Fence, Lease, LeaseError,
+    LeaseStore, ModelStatus, StateStore, StoreError, UnitStatusRow,
 };
 use crate::model::{
-    ApplicationRecord, Bag, BagWrites, Changes, CharmMetadata, ConfigValue, PodSpecRecord, RelationEndpoint,
-    RelationId, RelationRecord, RelationView, Status, StatusKind, UnitSnapshot, app_of,
+    ApplicationRecord, Bag, BagWrites, Changes, CharmMetadata, ConfigValue, PodSpecRecord,
+    RelationEndpoint, RelationId, RelationRecord, RelationView, Status, StatusKind, UnitSnapshot,
+    app_of,
 };
 
 /// How long an operation waits for another process's write transaction before it fails as
@@ -168,7 +169,9 @@ impl SqliteStore {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(|e| open_err(path, e))?;
         conn.busy_timeout(BUSY_TIMEOUT).db()?;
-        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)).db()?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            .db()?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Unavailable(format!(
                 "{}: cannot use write-ahead logging (journal mode is {mode})",
@@ -191,7 +194,10 @@ impl SqliteStore {
         conn.set_prepared_statement_cache_capacity(64);
         migrate(&mut conn)?;
         bind_model(&mut conn, model)?;
-        Ok(SqliteStore { model: model.to_string(), conn: Mutex::new(conn) })
+        Ok(SqliteStore {
+            model: model.to_string(),
+            conn: Mutex::new(conn),
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {
@@ -218,7 +224,10 @@ fn check_header(path: &Path) -> Result<bool, StoreError> {
         return Ok(false);
     }
     if header != SQLITE_HEADER {
-        return Err(StoreError::Corrupt(format!("{} is not a SQLite database", path.display())));
+        return Err(StoreError::Corrupt(format!(
+            "{} is not a SQLite database",
+            path.display()
+        )));
     }
     Ok(true)
 }
@@ -226,14 +235,21 @@ fn check_header(path: &Path) -> Result<bool, StoreError> {
 /// Checks an existing file on a read-only connection, so that refusing it writes nothing
 /// (a read-write connection would set WAL mode, and checkpoint on close).
 fn probe(path: &Path) -> Result<(), StoreError> {
-    let flags =
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(|e| open_err(path, e))?;
     conn.busy_timeout(BUSY_TIMEOUT).db()?;
-    let version: i32 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(|e| open_err(path, e))?;
+    let version: i32 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(|e| open_err(path, e))?;
     // Reading the schema makes SQLite parse the whole header and the schema table.
     let tables: i64 = conn
-        .query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table'", [], |r| r.get(0))
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE type = 'table'",
+            [],
+            |r| r.get(0),
+        )
         .map_err(|e| open_err(path, e))?;
     check_version(path, version, tables)
 }
@@ -267,25 +283,45 @@ fn open_err(path: &Path, e: rusqlite::Error) -> StoreError {
 /// Brings the schema up to [`SCHEMA_VERSION`], under the write lock so that two processes
 /// opening a new file at once migrate it once.
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).db()?;
-    let version: i32 = tx.pragma_query_value(None, "user_version", |r| r.get(0)).db()?;
-    let tables: i64 =
-        tx.query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table'", [], |r| r.get(0)).db()?;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .db()?;
+    let version: i32 = tx
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .db()?;
+    let tables: i64 = tx
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE type = 'table'",
+            [],
+            |r| r.get(0),
+        )
+        .db()?;
     check_version(Path::new(tx.path().unwrap_or(":memory:")), version, tables)?;
     for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         tx.execute_batch(migration).db()?;
-        tx.pragma_update(None, "user_version", from as i32 + 1).db()?;
+        tx.pragma_update(None, "user_version", from as i32 + 1)
+            .db()?;
     }
     tx.commit().db()
 }
 
 /// Records the model's name in a new file; refuses a file of another model.
 fn bind_model(conn: &mut Connection, model: &str) -> Result<(), StoreError> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).db()?;
-    tx.execute("INSERT INTO model (id, name) VALUES (1, ?1) ON CONFLICT (id) DO NOTHING", [model]).db()?;
-    let stored: String = tx.query_row("SELECT name FROM model WHERE id = 1", [], |r| r.get(0)).db()?;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .db()?;
+    tx.execute(
+        "INSERT INTO model (id, name) VALUES (1, ?1) ON CONFLICT (id) DO NOTHING",
+        [model],
+    )
+    .db()?;
+    let stored: String = tx
+        .query_row("SELECT name FROM model WHERE id = 1", [], |r| r.get(0))
+        .db()?;
     if stored != model {
-        return Err(StoreError::Incompatible(format!("the store holds model {stored:?}, not {model:?}")));
+        return Err(StoreError::Incompatible(format!(
+            "the store holds model {stored:?}, not {model:?}"
+        )));
     }
     tx.commit().db()
 }
@@ -298,7 +334,9 @@ trait Db<T> {
 impl<T> Db<T> for rusqlite::Result<T> {
     fn db(self) -> Result<T, StoreError> {
         self.map_err(|e| match e.sqlite_error_code() {
-            Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => StoreError::Corrupt(e.to_string()),
+            Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+                StoreError::Corrupt(e.to_string())
+            }
             _ => StoreError::Unavailable(format!("sqlite: {e}")),
         })
     }
@@ -322,7 +360,9 @@ fn decode<T: DeserializeOwned>(what: &str, text: &str) -> Result<T, StoreError> 
 }
 
 fn now_since_epoch() -> Duration {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
 }
 
 fn floor_ms(t: Duration) -> i64 {
@@ -346,13 +386,19 @@ struct LeaseRow {
 
 /// The lease on `app` that has not expired at `now_ms`.
 fn live_lease(conn: &Connection, app: &str, now_ms: i64) -> Result<Option<LeaseRow>, StoreError> {
-    conn.prepare_cached("SELECT holder, term, expiry_ms FROM leases WHERE app = ?1 AND expiry_ms > ?2")
-        .db()?
-        .query_row(rusqlite::params![app, now_ms], |r| {
-            Ok(LeaseRow { holder: r.get(0)?, term: term_of(r.get(1)?), expiry_ms: r.get(2)? })
+    conn.prepare_cached(
+        "SELECT holder, term, expiry_ms FROM leases WHERE app = ?1 AND expiry_ms > ?2",
+    )
+    .db()?
+    .query_row(rusqlite::params![app, now_ms], |r| {
+        Ok(LeaseRow {
+            holder: r.get(0)?,
+            term: term_of(r.get(1)?),
+            expiry_ms: r.get(2)?,
         })
-        .optional()
-        .db()
+    })
+    .optional()
+    .db()
 }
 
 impl LeaseStore for SqliteStore {
@@ -364,18 +410,28 @@ impl LeaseStore for SqliteStore {
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
             let mut conn = self.lock();
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).db().map_err(lease_err)?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .db()
+                .map_err(lease_err)?;
             // Taken under the write lock: the lease runs from when the store handles the claim.
             let now = now_since_epoch();
             let expiry_ms = ceil_ms(now.saturating_add(duration));
             let claim = match live_lease(&tx, app, floor_ms(now)).map_err(lease_err)? {
-                Some(live) if live.holder != holder => Claim::Denied { holder: live.holder, term: live.term },
+                Some(live) if live.holder != holder => Claim::Denied {
+                    holder: live.holder,
+                    term: live.term,
+                },
                 Some(live) => {
                     tx.prepare_cached("UPDATE leases SET expiry_ms = ?2 WHERE app = ?1")
                         .and_then(|mut s| s.execute(rusqlite::params![app, expiry_ms]))
                         .db()
                         .map_err(lease_err)?;
-                    Claim::Held(Lease { holder: live.holder, term: live.term, duration })
+                    Claim::Held(Lease {
+                        holder: live.holder,
+                        term: live.term,
+                        duration,
+                    })
                 }
                 None => {
                     let last: Option<i64> = tx
@@ -399,7 +455,11 @@ impl LeaseStore for SqliteStore {
                     .and_then(|mut s| s.execute(rusqlite::params![app, holder, term, expiry_ms]))
                     .db()
                     .map_err(lease_err)?;
-                    Claim::Held(Lease { holder: holder.to_string(), term: term_of(term), duration })
+                    Claim::Held(Lease {
+                        holder: holder.to_string(),
+                        term: term_of(term),
+                        duration,
+                    })
                 }
             };
             tx.commit().db().map_err(lease_err)?;
@@ -407,7 +467,11 @@ impl LeaseStore for SqliteStore {
         })
     }
 
-    fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), LeaseError>> {
+    fn release<'a>(
+        &'a self,
+        app: &'a str,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
         Box::pin(async move {
             let conn = self.lock();
             // One statement is its own transaction; `last_terms` keeps the term.
@@ -487,9 +551,14 @@ fn write_bag(
         let rows = match value {
             Some(v) => {
                 params.push(v);
-                conn.prepare_cached(table.upsert).and_then(|mut s| s.execute(params.as_slice())).db()?
+                conn.prepare_cached(table.upsert)
+                    .and_then(|mut s| s.execute(params.as_slice()))
+                    .db()?
             }
-            None => conn.prepare_cached(table.delete).and_then(|mut s| s.execute(params.as_slice())).db()?,
+            None => conn
+                .prepare_cached(table.delete)
+                .and_then(|mut s| s.execute(params.as_slice()))
+                .db()?,
         };
         changed |= rows > 0;
     }
@@ -498,63 +567,119 @@ fn write_bag(
 
 fn read_bag(conn: &Connection, sql: &str, owner: &[&dyn ToSql]) -> Result<Bag, StoreError> {
     let mut stmt = conn.prepare_cached(sql).db()?;
-    let rows = stmt.query_map(owner, |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).db()?;
+    let rows = stmt
+        .query_map(owner, |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })
+        .db()?;
     rows.collect::<rusqlite::Result<Bag>>().db()
 }
 
 /// Keyed bags of one relation: owner -> key -> value.
-fn read_relation_bags(conn: &Connection, sql: &str, relation: RelationId) -> Result<BTreeMap<String, Bag>, StoreError> {
+fn read_relation_bags(
+    conn: &Connection,
+    sql: &str,
+    relation: RelationId,
+) -> Result<BTreeMap<String, Bag>, StoreError> {
     let mut stmt = conn.prepare_cached(sql).db()?;
     let mut rows = stmt.query([relation]).db()?;
     let mut bags: BTreeMap<String, Bag> = BTreeMap::new();
     while let Some(r) = rows.next().db()? {
-        let (owner, key, value): (String, String, String) = (r.get(0).db()?, r.get(1).db()?, r.get(2).db()?);
+        let (owner, key, value): (String, String, String) =
+            (r.get(0).db()?, r.get(1).db()?, r.get(2).db()?);
         bags.entry(owner).or_default().insert(key, value);
     }
     Ok(bags)
 }
 
 fn read_relations(conn: &Connection) -> Result<Vec<RelationRecord>, StoreError> {
-    let mut stmt = conn.prepare_cached("SELECT id, interface, endpoints FROM relations ORDER BY id").db()?;
+    let mut stmt = conn
+        .prepare_cached("SELECT id, interface, endpoints FROM relations ORDER BY id")
+        .db()?;
     let rows = stmt
-        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })
         .db()?
         .collect::<rusqlite::Result<Vec<_>>>()
         .db()?;
-    rows.into_iter().map(|(id, interface, endpoints)| relation_record(id, interface, &endpoints)).collect()
+    rows.into_iter()
+        .map(|(id, interface, endpoints)| relation_record(id, interface, &endpoints))
+        .collect()
 }
 
-fn relation_record(id: i64, interface: String, endpoints: &str) -> Result<RelationRecord, StoreError> {
-    let id = RelationId::try_from(id).map_err(|_| StoreError::Corrupt(format!("relation id {id} out of range")))?;
+fn relation_record(
+    id: i64,
+    interface: String,
+    endpoints: &str,
+) -> Result<RelationRecord, StoreError> {
+    let id = RelationId::try_from(id)
+        .map_err(|_| StoreError::Corrupt(format!("relation id {id} out of range")))?;
     let endpoints = decode(&format!("endpoints of relation {id}"), endpoints)?;
-    Ok(RelationRecord { id, interface, endpoints })
+    Ok(RelationRecord {
+        id,
+        interface,
+        endpoints,
+    })
 }
 
 fn unit_names(conn: &Connection, app: &str) -> Result<Vec<String>, StoreError> {
-    let mut stmt = conn.prepare_cached("SELECT name FROM units WHERE app = ?1 ORDER BY number").db()?;
-    let names = stmt.query_map([app], |r| r.get(0)).db()?.collect::<rusqlite::Result<Vec<String>>>().db()?;
+    let mut stmt = conn
+        .prepare_cached("SELECT name FROM units WHERE app = ?1 ORDER BY number")
+        .db()?;
+    let names = stmt
+        .query_map([app], |r| r.get(0))
+        .db()?
+        .collect::<rusqlite::Result<Vec<String>>>()
+        .db()?;
     Ok(names)
 }
 
 fn app_exists(conn: &Connection, app: &str) -> Result<bool, StoreError> {
-    conn.prepare_cached("SELECT 1 FROM applications WHERE name = ?1").and_then(|mut s| s.exists([app])).db()
+    conn.prepare_cached("SELECT 1 FROM applications WHERE name = ?1")
+        .and_then(|mut s| s.exists([app]))
+        .db()
 }
 
-fn application_record(conn: &Connection, name: &str) -> Result<Option<ApplicationRecord>, StoreError> {
+fn application_record(
+    conn: &Connection,
+    name: &str,
+) -> Result<Option<ApplicationRecord>, StoreError> {
     let row = conn
         .prepare_cached("SELECT charm, metadata, config FROM applications WHERE name = ?1")
         .and_then(|mut s| {
-            s.query_row([name], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
-                .optional()
+            s.query_row([name], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .optional()
         })
         .db()?;
-    row.map(|(charm, metadata, config)| app_from_row(name.to_string(), charm, &metadata, &config)).transpose()
+    row.map(|(charm, metadata, config)| app_from_row(name.to_string(), charm, &metadata, &config))
+        .transpose()
 }
 
-fn app_from_row(name: String, charm: String, metadata: &str, config: &str) -> Result<ApplicationRecord, StoreError> {
+fn app_from_row(
+    name: String,
+    charm: String,
+    metadata: &str,
+    config: &str,
+) -> Result<ApplicationRecord, StoreError> {
     let metadata: CharmMetadata = decode(&format!("metadata of {name}"), metadata)?;
     let config: BTreeMap<String, ConfigValue> = decode(&format!("config of {name}"), config)?;
-    Ok(ApplicationRecord { name, charm, metadata, config })
+    Ok(ApplicationRecord {
+        name,
+        charm,
+        metadata,
+        config,
+    })
 }
 
 /// Whether a stored JSON text holds `value`. The text is compared first (the common, cheap
@@ -573,7 +698,10 @@ fn commit_in(
     let app = app_of(unit);
     // Validate everything first: once writing starts, only SQLite itself can fail, and then
     // the transaction is rolled back.
-    let unit_exists = conn.prepare_cached("SELECT 1 FROM units WHERE name = ?1").and_then(|mut s| s.exists([unit])).db()?;
+    let unit_exists = conn
+        .prepare_cached("SELECT 1 FROM units WHERE name = ?1")
+        .and_then(|mut s| s.exists([unit]))
+        .db()?;
     if !unit_exists {
         return Err(not_found(format!("unit {unit}")).into());
     }
@@ -583,7 +711,8 @@ fn commit_in(
             let now_ms = floor_ms(now_since_epoch());
             let holds = f.app == app
                 && f.holder == unit
-                && live_lease(conn, &f.app, now_ms)?.is_some_and(|l| l.holder == f.holder && l.term == f.term);
+                && live_lease(conn, &f.app, now_ms)?
+                    .is_some_and(|l| l.holder == f.holder && l.term == f.term);
             if !holds {
                 return Err(CommitError::Fenced { fence: f.clone() });
             }
@@ -597,9 +726,11 @@ fn commit_in(
             .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
             .db()?;
         let visible = match endpoints {
-            Some(text) => decode::<Vec<RelationEndpoint>>(&format!("endpoints of relation {id}"), &text)?
-                .iter()
-                .any(|e| e.app == app),
+            Some(text) => {
+                decode::<Vec<RelationEndpoint>>(&format!("endpoints of relation {id}"), &text)?
+                    .iter()
+                    .any(|e| e.app == app)
+            }
             None => false,
         };
         if !visible {
@@ -627,18 +758,23 @@ fn commit_in(
     if let Some(write) = &changes.pod_spec {
         let current: Option<(i64, String, Option<String>)> = conn
             .prepare_cached("SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1")
-            .and_then(|mut s| s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional())
+            .and_then(|mut s| {
+                s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()
+            })
             .db()?;
         let spec = encode(&write.spec);
         let resources = write.k8s_resources.as_ref().map(encode);
-        let unchanged = current.as_ref().is_some_and(|(_, stored_spec, stored_resources)| {
-            same_json(stored_spec, &spec, &write.spec)
-                && match (stored_resources, &resources, &write.k8s_resources) {
-                    (None, None, None) => true,
-                    (Some(stored), Some(text), Some(value)) => same_json(stored, text, value),
-                    _ => false,
-                }
-        });
+        let unchanged = current
+            .as_ref()
+            .is_some_and(|(_, stored_spec, stored_resources)| {
+                same_json(stored_spec, &spec, &write.spec)
+                    && match (stored_resources, &resources, &write.k8s_resources) {
+                        (None, None, None) => true,
+                        (Some(stored), Some(text), Some(value)) => same_json(stored, text, value),
+                        _ => false,
+                    }
+            });
         if !unchanged {
             let revision = current.map_or(1, |(revision, ..)| revision + 1);
             conn.prepare_cached(
@@ -674,7 +810,12 @@ fn snapshot_in(conn: &Connection, model: &str, unit: &str) -> Result<UnitSnapsho
         .ok_or_else(|| not_found(format!("unit {unit}")))?;
     let app_row: (String, String, String, String) = conn
         .prepare_cached("SELECT charm, metadata, config, status FROM applications WHERE name = ?1")
-        .and_then(|mut s| s.query_row([app_name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).optional())
+        .and_then(|mut s| {
+            s.query_row([app_name], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .optional()
+        })
         .db()?
         .ok_or_else(|| not_found(format!("application {app_name}")))?;
     let (charm, metadata, config, app_status) = app_row;
@@ -693,22 +834,33 @@ fn snapshot_in(conn: &Connection, model: &str, unit: &str) -> Result<UnitSnapsho
         let (Some(local), Some(remote)) = (rel.local(app_name), rel.remote(app_name)) else {
             continue;
         };
-        let remote_units: Vec<String> =
-            unit_names(conn, &remote.app)?.into_iter().filter(|u| u.as_str() != unit).collect();
+        let remote_units: Vec<String> = unit_names(conn, &remote.app)?
+            .into_iter()
+            .filter(|u| u.as_str() != unit)
+            .collect();
         let mut stored_unit_bags = read_relation_bags(
             conn,
             "SELECT unit, key, value FROM relation_unit_bags WHERE relation = ?1",
             rel.id,
         )?;
-        let mut stored_app_bags =
-            read_relation_bags(conn, "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1", rel.id)?;
+        let mut stored_app_bags = read_relation_bags(
+            conn,
+            "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1",
+            rel.id,
+        )?;
         let mut unit_bags = BTreeMap::new();
         for name in remote_units.iter().map(String::as_str).chain([unit]) {
-            unit_bags.insert(name.to_string(), stored_unit_bags.remove(name).unwrap_or_default());
+            unit_bags.insert(
+                name.to_string(),
+                stored_unit_bags.remove(name).unwrap_or_default(),
+            );
         }
         let mut app_bags = BTreeMap::new();
         for name in [app_name, remote.app.as_str()] {
-            let bag = stored_app_bags.remove(name).or_else(|| app_bags.get(name).cloned()).unwrap_or_default();
+            let bag = stored_app_bags
+                .remove(name)
+                .or_else(|| app_bags.get(name).cloned())
+                .unwrap_or_default();
             app_bags.insert(name.to_string(), bag);
         }
         relations.insert(
@@ -729,16 +881,32 @@ fn snapshot_in(conn: &Connection, model: &str, unit: &str) -> Result<UnitSnapsho
         app: app_name.to_string(),
         config,
         relations,
-        leader_data: read_bag(conn, "SELECT key, value FROM leader_data WHERE app = ?1", &[&app_name])?,
+        leader_data: read_bag(
+            conn,
+            "SELECT key, value FROM leader_data WHERE app = ?1",
+            &[&app_name],
+        )?,
         unit_status: decode(&format!("status of {unit}"), &unit_status)?,
         app_status: decode(&format!("status of {app_name}"), &app_status)?,
-        stored: read_bag(conn, "SELECT key, value FROM stored_state WHERE unit = ?1", &[&unit])?,
+        stored: read_bag(
+            conn,
+            "SELECT key, value FROM stored_state WHERE unit = ?1",
+            &[&unit],
+        )?,
     })
 }
 
 fn status_in(conn: &Connection) -> Result<ModelStatus, StoreError> {
     let now_ms = floor_ms(now_since_epoch());
-    type AppRow = (String, String, String, Option<i64>, Option<String>, Option<i64>, Option<i64>);
+    type AppRow = (
+        String,
+        String,
+        String,
+        Option<i64>,
+        Option<String>,
+        Option<i64>,
+        Option<i64>,
+    );
     let apps: Vec<AppRow> = conn
         .prepare_cached(
             "SELECT a.name, a.charm, a.status, p.revision, l.holder, l.term, l.expiry_ms
@@ -748,14 +916,26 @@ fn status_in(conn: &Connection) -> Result<ModelStatus, StoreError> {
              ORDER BY a.name",
         )
         .and_then(|mut s| {
-            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)))?
-                .collect()
+            s.query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            })?
+            .collect()
         })
         .db()?;
     let mut status = ModelStatus::default();
     for (name, charm, app_status, revision, holder, term, expiry_ms) in apps {
         let lease = match (holder, term, expiry_ms) {
-            (Some(holder), Some(term), Some(expiry_ms)) if expiry_ms > now_ms => Some((holder, term_of(term))),
+            (Some(holder), Some(term), Some(expiry_ms)) if expiry_ms > now_ms => {
+                Some((holder, term_of(term)))
+            }
             _ => None,
         };
         type UnitRow = (String, String, String, Option<String>);
@@ -793,12 +973,20 @@ impl StateStore for SqliteStore {
         &self.model
     }
 
-    fn add_application<'a>(&'a self, app: ApplicationRecord) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn add_application<'a>(
+        &'a self,
+        app: ApplicationRecord,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let mut conn = self.lock();
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).db()?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .db()?;
             if app_exists(&tx, &app.name)? {
-                return Err(StoreError::AlreadyExists(format!("application {}", app.name)));
+                return Err(StoreError::AlreadyExists(format!(
+                    "application {}",
+                    app.name
+                )));
             }
             tx.execute(
                 "INSERT INTO applications (name, charm, metadata, config, status, next_unit)
@@ -816,7 +1004,10 @@ impl StateStore for SqliteStore {
         })
     }
 
-    fn application<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>> {
+    fn application<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>> {
         Box::pin(async move {
             let conn = self.lock();
             application_record(&conn, name)?.ok_or_else(|| not_found(format!("application {name}")))
@@ -827,19 +1018,34 @@ impl StateStore for SqliteStore {
         Box::pin(async move {
             let conn = self.lock();
             let rows: Vec<(String, String, String, String)> = conn
-                .prepare_cached("SELECT name, charm, metadata, config FROM applications ORDER BY name")
-                .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect())
+                .prepare_cached(
+                    "SELECT name, charm, metadata, config FROM applications ORDER BY name",
+                )
+                .and_then(|mut s| {
+                    s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                        .collect()
+                })
                 .db()?;
-            rows.into_iter().map(|(name, charm, metadata, config)| app_from_row(name, charm, &metadata, &config)).collect()
+            rows.into_iter()
+                .map(|(name, charm, metadata, config)| {
+                    app_from_row(name, charm, &metadata, &config)
+                })
+                .collect()
         })
     }
 
     fn add_unit<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
         Box::pin(async move {
             let mut conn = self.lock();
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).db()?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .db()?;
             let number: i64 = tx
-                .query_row("SELECT next_unit FROM applications WHERE name = ?1", [app], |r| r.get(0))
+                .query_row(
+                    "SELECT next_unit FROM applications WHERE name = ?1",
+                    [app],
+                    |r| r.get(0),
+                )
                 .optional()
                 .db()?
                 .ok_or_else(|| not_found(format!("application {app}")))?;
@@ -850,8 +1056,11 @@ impl StateStore for SqliteStore {
                 rusqlite::params![name, app, number, encode(&Status::default())],
             )
             .db()?;
-            tx.execute("UPDATE applications SET next_unit = ?2 WHERE name = ?1", rusqlite::params![app, number + 1])
-                .db()?;
+            tx.execute(
+                "UPDATE applications SET next_unit = ?2 WHERE name = ?1",
+                rusqlite::params![app, number + 1],
+            )
+            .db()?;
             tx.commit().db()?;
             Ok(name)
         })
@@ -860,7 +1069,9 @@ impl StateStore for SqliteStore {
     fn units<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
         Box::pin(async move {
             let mut conn = self.lock();
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).db()?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Deferred)
+                .db()?;
             if !app_exists(&tx, app)? {
                 return Err(not_found(format!("application {app}")));
             }
@@ -875,21 +1086,33 @@ impl StateStore for SqliteStore {
     ) -> BoxFuture<'a, Result<RelationRecord, StoreError>> {
         Box::pin(async move {
             let mut conn = self.lock();
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).db()?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .db()?;
             for e in &endpoints {
                 if !app_exists(&tx, &e.app)? {
                     return Err(not_found(format!("application {}", e.app)));
                 }
             }
-            if let Some(existing) = read_relations(&tx)?.into_iter().find(|r| r.endpoints == endpoints) {
-                return Err(StoreError::AlreadyExists(format!("relation {}", existing.id)));
+            if let Some(existing) = read_relations(&tx)?
+                .into_iter()
+                .find(|r| r.endpoints == endpoints)
+            {
+                return Err(StoreError::AlreadyExists(format!(
+                    "relation {}",
+                    existing.id
+                )));
             }
             tx.execute(
                 "INSERT INTO relations (interface, endpoints) VALUES (?1, ?2)",
                 [interface, encode(&endpoints).as_str()],
             )
             .db()?;
-            let record = relation_record(tx.last_insert_rowid(), interface.to_string(), &encode(&endpoints))?;
+            let record = relation_record(
+                tx.last_insert_rowid(),
+                interface.to_string(),
+                &encode(&endpoints),
+            )?;
             tx.commit().db()?;
             Ok(record)
         })
@@ -903,7 +1126,9 @@ impl StateStore for SqliteStore {
         Box::pin(async move {
             let mut conn = self.lock();
             // One read transaction: the hook sees one instant of the model.
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).db()?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Deferred)
+                .db()?;
             snapshot_in(&tx, &self.model, unit)
         })
     }
@@ -919,7 +1144,9 @@ impl StateStore for SqliteStore {
             // IMMEDIATE: the write lock is held from the fence check to the commit, across
             // every process sharing the file. An error returns before `commit` and dropping
             // the transaction rolls back whatever was written.
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).db()?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .db()?;
             let receipt = commit_in(&tx, unit, changes, fence)?;
             tx.commit().db()?;
             Ok(receipt)
@@ -944,16 +1171,26 @@ impl StateStore for SqliteStore {
         })
     }
 
-    fn pod_spec<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>> {
+    fn pod_spec<'a>(
+        &'a self,
+        app: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>> {
         Box::pin(async move {
             let mut conn = self.lock();
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).db()?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Deferred)
+                .db()?;
             if !app_exists(&tx, app)? {
                 return Err(not_found(format!("application {app}")));
             }
             let row: Option<(i64, String, Option<String>)> = tx
-                .prepare_cached("SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1")
-                .and_then(|mut s| s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional())
+                .prepare_cached(
+                    "SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1",
+                )
+                .and_then(|mut s| {
+                    s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                        .optional()
+                })
                 .db()?;
             row.map(|(revision, spec, resources)| {
                 Ok(PodSpecRecord {
@@ -971,7 +1208,9 @@ impl StateStore for SqliteStore {
     fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>> {
         Box::pin(async move {
             let mut conn = self.lock();
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).db()?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Deferred)
+                .db()?;
             status_in(&tx)
         })
     }
