@@ -36,6 +36,7 @@ impl Charm for Probe {
             .summary("Test charm")
             .requires("db", "pgsql")
             .string_option("mode", Some("ok"), "What to do")
+            .int_option("spin_ms", Some(0), "How long the spin mode keeps the CPU busy")
     }
 
     fn handle(model: &Model, event: Event) -> HookResult {
@@ -55,6 +56,21 @@ impl Charm for Probe {
             ("trap", Event::Start) => {
                 write_everything(model)?;
                 panic!("deliberate panic")
+            }
+            ("spin", Event::Start) => {
+                let leader = model.is_leader();
+                let spin_ms: i64 = model.config().get("spin_ms")?;
+                let until = std::time::Instant::now() + std::time::Duration::from_millis(spin_ms as u64);
+                while std::time::Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+                let runs: u32 = model.stored().get("spins")?.unwrap_or(0);
+                model.stored().set("spins", &(runs + 1))?;
+                record(model, "spun-as-leader", &leader)?;
+                if leader {
+                    model.leader_data().set("spun", "yes")?;
+                }
+                Ok(())
             }
             ("loop", Event::Start) => {
                 let mut n = 0u64;
