@@ -9,7 +9,9 @@ const GUESTS: &[&str] = &["discourse", "postgresql", "probe", "other-world"];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest = PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
+    );
     let root = manifest.parent().expect("tests/ is in the workspace root");
     for dir in ["wit", "sdk", "charms", "tests/guests"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
@@ -28,7 +30,9 @@ fn main() {
     for guest in GUESTS {
         cmd.args(["-p", guest]);
     }
-    let status = cmd.status().expect("cannot run cargo to build the guest charms");
+    let status = cmd
+        .status()
+        .expect("cannot run cargo to build the guest charms");
     assert!(
         status.success(),
         "building the guest charms failed; is the target installed? (rustup target add wasm32-wasip2)"
@@ -37,8 +41,14 @@ fn main() {
     let mut names = String::new();
     for guest in GUESTS {
         let ident = guest.replace('-', "_");
-        let path = target_dir.join("wasm32-wasip2/charm").join(format!("{ident}.wasm"));
-        assert!(path.is_file(), "guest {guest} was not built at {}", path.display());
+        let path = target_dir
+            .join("wasm32-wasip2/charm")
+            .join(format!("{ident}.wasm"));
+        assert!(
+            path.is_file(),
+            "guest {guest} was not built at {}",
+            path.display()
+        );
         consts.push_str(&format!(
             "/// The compiled `{guest}` guest.\npub const {}: &str = {:?};\n",
             ident.to_uppercase(),

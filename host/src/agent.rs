@@ -42,7 +42,11 @@ impl HookExecutor for Charm {
         Box::pin(async move {
             let event = to_event(&hook);
             // wasmtime runs synchronously (and WASI blocks on tokio): keep it off the runtime.
-            match tokio::task::spawn_blocking(move || charm.run_hook(snapshot, fence, guarantee, &event)).await {
+            match tokio::task::spawn_blocking(move || {
+                charm.run_hook(snapshot, fence, guarantee, &event)
+            })
+            .await
+            {
                 Ok(run) => run,
                 Err(e) => HookRun::failed_to_run(format!("hook task failed: {e}")),
             }
@@ -75,7 +79,9 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     fn backoff(&self, failures: u32) -> Duration {
-        self.initial_backoff.saturating_mul(1 << failures.saturating_sub(1).min(16)).min(self.max_backoff)
+        self.initial_backoff
+            .saturating_mul(1 << failures.saturating_sub(1).min(16))
+            .min(self.max_backoff)
     }
 }
 
@@ -156,7 +162,11 @@ impl UnitAgent {
         let mut leadership = tracker.subscribe();
         // Know the first answer before the first hook, so leader-elected lands in Juju's
         // place (after install); a silent store does not hold the unit up for long.
-        let _ = timeout(self.leadership.request_timeout, leadership.wait_for(|l| *l != Leadership::Unknown)).await;
+        let _ = timeout(
+            self.leadership.request_timeout,
+            leadership.wait_for(|l| *l != Leadership::Unknown),
+        )
+        .await;
         let mut installed = self.installed;
         let mut elected_term = self.elected_term;
         let mut failures = 0u32;
@@ -171,7 +181,8 @@ impl UnitAgent {
                     self.shared.pending.add(1);
                     // Before anything else queued, but never ahead of a hook being retried.
                     let at = if failures > 0 { 1 } else { 0 };
-                    self.queue.insert(at.min(self.queue.len()), Hook::LeaderElected);
+                    self.queue
+                        .insert(at.min(self.queue.len()), Hook::LeaderElected);
                 }
                 Leadership::Follower { .. } => elected_term = None,
                 _ => {}
@@ -254,7 +265,10 @@ impl UnitAgent {
             None => (None, None),
         };
         let started = Instant::now();
-        let run = self.executor.execute(snapshot, fence.clone(), guarantee.clone(), hook.clone()).await;
+        let run = self
+            .executor
+            .execute(snapshot, fence.clone(), guarantee.clone(), hook.clone())
+            .await;
         let refused_not_leader = run.leadership_refusals > 0;
         let mut record = HookRecord {
             unit: self.unit.clone(),
@@ -269,7 +283,8 @@ impl UnitAgent {
         let result = match run.outcome {
             HookOutcome::Succeeded => {
                 let expired = guarantee.as_ref().is_some_and(|g| {
-                    g.valid_until().is_none_or(|until| Instant::now() + self.charm_margin() >= until)
+                    g.valid_until()
+                        .is_none_or(|until| Instant::now() + self.charm_margin() >= until)
                 });
                 if expired {
                     Err(Failure::Transient(
@@ -279,29 +294,33 @@ impl UnitAgent {
                 } else if run.changes.is_empty() {
                     Ok(CommitReceipt::default())
                 } else {
-                    match self.store.commit(&self.unit, &run.changes, fence.as_ref()).await {
+                    match self
+                        .store
+                        .commit(&self.unit, &run.changes, fence.as_ref())
+                        .await
+                    {
                         Ok(receipt) => Ok(receipt),
                         Err(e @ CommitError::Fenced { .. }) => {
                             Err(Failure::Transient(HookResultKind::Fenced, e.to_string()))
                         }
-                        Err(CommitError::Store(e)) => {
-                            Err(Failure::Transient(HookResultKind::StoreUnavailable, e.to_string()))
-                        }
+                        Err(CommitError::Store(e)) => Err(Failure::Transient(
+                            HookResultKind::StoreUnavailable,
+                            e.to_string(),
+                        )),
                         Err(e @ CommitError::Unfenced) => Err(Failure::Charm(e.to_string())),
                     }
                 }
             }
             HookOutcome::Failed(message) => Err(Failure::Charm(message)),
             HookOutcome::Trapped(message) => Err(Failure::Charm(format!("trapped: {message}"))),
-            HookOutcome::Interrupted(Interruption::GuaranteeEnding) => {
-                Err(Failure::Transient(
-                    HookResultKind::Interrupted,
-                    "interrupted: leadership guarantee ending with no renewal".into(),
-                ))
-            }
-            HookOutcome::Interrupted(Interruption::TimedOut) => {
-                Err(Failure::Charm(format!("interrupted: ran longer than {:?}", started.elapsed())))
-            }
+            HookOutcome::Interrupted(Interruption::GuaranteeEnding) => Err(Failure::Transient(
+                HookResultKind::Interrupted,
+                "interrupted: leadership guarantee ending with no renewal".into(),
+            )),
+            HookOutcome::Interrupted(Interruption::TimedOut) => Err(Failure::Charm(format!(
+                "interrupted: ran longer than {:?}",
+                started.elapsed()
+            ))),
         };
         match result {
             Ok(receipt) => {
@@ -349,9 +368,11 @@ fn to_event(hook: &Hook) -> wit::Event {
         Hook::RelationChanged(r) => wit::Event::RelationChanged(rel(r)),
         Hook::RelationDeparted(r) => wit::Event::RelationDeparted(rel(r)),
         Hook::RelationBroken(r) => wit::Event::RelationBroken(rel(r)),
-        Hook::Action { id, name, params } => {
-            wit::Event::Action(wit::ActionEvent { id: id.clone(), name: name.clone(), params: params.clone() })
-        }
+        Hook::Action { id, name, params } => wit::Event::Action(wit::ActionEvent {
+            id: id.clone(),
+            name: name.clone(),
+            params: params.clone(),
+        }),
     }
 }
 

@@ -109,7 +109,9 @@ fn line_of_key(text: &str, path: &[&str]) -> Option<usize> {
         if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('-') {
             continue;
         }
-        let Some((key, _)) = trimmed.split_once(':') else { continue };
+        let Some((key, _)) = trimmed.split_once(':') else {
+            continue;
+        };
         let indent = line.len() - trimmed.len();
         while stack.last().is_some_and(|(d, _)| *d >= indent) {
             stack.pop();
@@ -125,13 +127,20 @@ fn line_of_key(text: &str, path: &[&str]) -> Option<usize> {
 /// The 1-based line of the first line after `relations:` containing `needle`.
 fn line_in_relations(text: &str, needle: &str) -> Option<usize> {
     let start = line_of_key(text, &["relations"])?;
-    text.lines().enumerate().skip(start).find(|(_, l)| l.contains(needle)).map(|(i, _)| i + 1)
+    text.lines()
+        .enumerate()
+        .skip(start)
+        .find(|(_, l)| l.contains(needle))
+        .map(|(i, _)| i + 1)
 }
 
 fn yaml_to_config(value: &serde_yaml::Value) -> Option<ConfigValue> {
     match value {
         serde_yaml::Value::Bool(b) => Some(ConfigValue::Boolean(*b)),
-        serde_yaml::Value::Number(n) => n.as_i64().map(ConfigValue::Int).or_else(|| n.as_f64().map(ConfigValue::Float)),
+        serde_yaml::Value::Number(n) => n
+            .as_i64()
+            .map(ConfigValue::Int)
+            .or_else(|| n.as_f64().map(ConfigValue::Float)),
         serde_yaml::Value::String(s) => Some(ConfigValue::String(s.clone())),
         _ => None,
     }
@@ -140,35 +149,59 @@ fn yaml_to_config(value: &serde_yaml::Value) -> Option<ConfigValue> {
 impl Bundle {
     /// Reads and checks the bundle at `path`, loading its charms with `runtime`.
     pub fn load(path: &Path, runtime: &CharmRuntime) -> Result<Bundle, BundleError> {
-        let text = std::fs::read_to_string(path).map_err(|source| BundleError::Io { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| BundleError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
         Self::parse(path, &text, runtime)
     }
 
     /// Checks bundle `text`; `path` names it in errors and anchors relative charm paths.
     pub fn parse(path: &Path, text: &str, runtime: &CharmRuntime) -> Result<Bundle, BundleError> {
-        let invalid = |line: Option<usize>, reason: String| BundleError::Invalid { path: path.to_owned(), line, reason };
+        let invalid = |line: Option<usize>, reason: String| BundleError::Invalid {
+            path: path.to_owned(),
+            line,
+            reason,
+        };
         let raw: RawBundle = serde_yaml::from_str(text).map_err(|e| {
             let line = e.location().map(|l| l.line());
             // serde_yaml appends "at line N column M"; the line is already in front.
             let reason = e.to_string();
-            let reason = reason.split(" at line ").next().unwrap_or(&reason).to_string();
+            let reason = reason
+                .split(" at line ")
+                .next()
+                .unwrap_or(&reason)
+                .to_string();
             invalid(line, reason)
         })?;
         if let Some(kind) = raw.bundle.as_deref() {
             if kind != "kubernetes" {
-                return Err(invalid(line_of_key(text, &["bundle"]), format!("bundle kind {kind:?}: this host runs kubernetes bundles")));
+                return Err(invalid(
+                    line_of_key(text, &["bundle"]),
+                    format!("bundle kind {kind:?}: this host runs kubernetes bundles"),
+                ));
             }
         }
         let base = path.parent().unwrap_or(Path::new("."));
         let mut applications = Vec::new();
         for (name, app) in &raw.applications {
             let app_line = line_of_key(text, &["applications", name]);
-            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
-                return Err(invalid(app_line, format!("application name {name:?}: lowercase letters, digits and '-' only")));
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            {
+                return Err(invalid(
+                    app_line,
+                    format!("application name {name:?}: lowercase letters, digits and '-' only"),
+                ));
             }
             let num_units = match (app.num_units, app.scale) {
                 (Some(_), Some(_)) => {
-                    return Err(invalid(app_line, format!("application {name}: give num_units or scale, not both")));
+                    return Err(invalid(
+                        app_line,
+                        format!("application {name}: give num_units or scale, not both"),
+                    ));
                 }
                 (n, s) => n.or(s).unwrap_or(1),
             };
@@ -177,7 +210,10 @@ impl Bundle {
             if !charm_path.is_file() {
                 return Err(invalid(
                     charm_line,
-                    format!("application {name}: charm file {} does not exist", charm_path.display()),
+                    format!(
+                        "application {name}: charm file {} does not exist",
+                        charm_path.display()
+                    ),
                 ));
             }
             let charm = runtime
@@ -188,39 +224,77 @@ impl Bundle {
                 let line = line_of_key(text, &["applications", name, "options", option]);
                 let meta = charm.metadata();
                 let declared = meta.option(option).ok_or_else(|| {
-                    invalid(line, format!("application {name}: charm {} has no option {option:?}", meta.name))
+                    invalid(
+                        line,
+                        format!(
+                            "application {name}: charm {} has no option {option:?}",
+                            meta.name
+                        ),
+                    )
                 })?;
-                let typed = yaml_to_config(value).and_then(|v| v.coerce(declared.kind)).ok_or_else(|| {
-                    invalid(line, format!("application {name}: option {option:?} must be a {}", declared.kind.as_str()))
-                })?;
+                let typed = yaml_to_config(value)
+                    .and_then(|v| v.coerce(declared.kind))
+                    .ok_or_else(|| {
+                        invalid(
+                            line,
+                            format!(
+                                "application {name}: option {option:?} must be a {}",
+                                declared.kind.as_str()
+                            ),
+                        )
+                    })?;
                 options.insert(option.clone(), typed);
             }
-            applications.push(BundleApp { name: name.clone(), charm_path, charm, num_units, options });
+            applications.push(BundleApp {
+                name: name.clone(),
+                charm_path,
+                charm,
+                num_units,
+                options,
+            });
         }
         let mut relations = Vec::new();
         for pair in &raw.relations {
             let first = pair.first().map(String::as_str).unwrap_or("");
             let line = line_in_relations(text, first);
             let [a, b] = pair.as_slice() else {
-                return Err(invalid(line, format!("a relation has two endpoints, not {}", pair.len())));
+                return Err(invalid(
+                    line,
+                    format!("a relation has two endpoints, not {}", pair.len()),
+                ));
             };
-            let relation = resolve_relation(&applications, a, b).map_err(|reason| invalid(line, reason))?;
+            let relation =
+                resolve_relation(&applications, a, b).map_err(|reason| invalid(line, reason))?;
             if relations.contains(&relation) {
                 return Err(invalid(line, format!("relation {a} {b} appears twice")));
             }
             relations.push(relation);
         }
-        Ok(Bundle { path: path.to_owned(), applications, relations })
+        Ok(Bundle {
+            path: path.to_owned(),
+            applications,
+            relations,
+        })
     }
 
     /// Deploys the bundle: applications with their units, then relations.
     pub async fn deploy(&self, controller: &Controller) -> Result<(), BundleError> {
         for app in &self.applications {
             let charm_ref = app.charm_path.display().to_string();
-            controller.deploy(&app.name, app.charm.clone(), &charm_ref, app.options.clone(), app.num_units).await?;
+            controller
+                .deploy(
+                    &app.name,
+                    app.charm.clone(),
+                    &charm_ref,
+                    app.options.clone(),
+                    app.num_units,
+                )
+                .await?;
         }
         for rel in &self.relations {
-            controller.relate((&rel.a.0, &rel.a.1), (&rel.b.0, &rel.b.1)).await?;
+            controller
+                .relate((&rel.a.0, &rel.a.1), (&rel.b.0, &rel.b.1))
+                .await?;
         }
         Ok(())
     }
@@ -233,13 +307,26 @@ fn resolve_relation(apps: &[BundleApp], a: &str, b: &str) -> Result<BundleRelati
             Some((app, ep)) => (app, Some(ep.to_string())),
             None => (s, None),
         };
-        let found = apps.iter().find(|x| x.name == app).ok_or_else(|| format!("relation {a} {b}: no application {app:?} in the bundle"))?;
+        let found = apps
+            .iter()
+            .find(|x| x.name == app)
+            .ok_or_else(|| format!("relation {a} {b}: no application {app:?} in the bundle"))?;
         if let Some(ep) = &endpoint {
             if found.charm.metadata().endpoint(ep).is_none() {
-                let names: Vec<&str> = found.charm.metadata().relations.iter().map(|r| r.name.as_str()).collect();
+                let names: Vec<&str> = found
+                    .charm
+                    .metadata()
+                    .relations
+                    .iter()
+                    .map(|r| r.name.as_str())
+                    .collect();
                 return Err(format!(
                     "relation {a} {b}: application {app} has no endpoint {ep:?} (it has: {})",
-                    if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    }
                 ));
             }
         }
@@ -248,7 +335,11 @@ fn resolve_relation(apps: &[BundleApp], a: &str, b: &str) -> Result<BundleRelati
     let (app_a, ep_a) = split(a)?;
     let (app_b, ep_b) = split(b)?;
     let pairs = |x: RelationRole, y: RelationRole| {
-        matches!((x, y), (RelationRole::Provides, RelationRole::Requires) | (RelationRole::Requires, RelationRole::Provides))
+        matches!(
+            (x, y),
+            (RelationRole::Provides, RelationRole::Requires)
+                | (RelationRole::Requires, RelationRole::Provides)
+        )
     };
     let mut candidates = Vec::new();
     for ea in &app_a.charm.metadata().relations {
@@ -265,10 +356,18 @@ fn resolve_relation(apps: &[BundleApp], a: &str, b: &str) -> Result<BundleRelati
         }
     }
     match candidates.as_slice() {
-        [(x, y)] => Ok(BundleRelation { a: (app_a.name.clone(), x.clone()), b: (app_b.name.clone(), y.clone()) }),
+        [(x, y)] => Ok(BundleRelation {
+            a: (app_a.name.clone(), x.clone()),
+            b: (app_b.name.clone(), y.clone()),
+        }),
         [] => {
-            let describe = |app: &BundleApp, ep: &Option<String>| match ep.as_ref().and_then(|e| app.charm.metadata().endpoint(e)) {
-                Some(e) => format!("{}:{} ({:?} {})", app.name, e.name, e.role, e.interface).to_lowercase(),
+            let describe = |app: &BundleApp, ep: &Option<String>| match ep
+                .as_ref()
+                .and_then(|e| app.charm.metadata().endpoint(e))
+            {
+                Some(e) => {
+                    format!("{}:{} ({:?} {})", app.name, e.name, e.role, e.interface).to_lowercase()
+                }
                 None => app.name.clone(),
             };
             Err(format!(
@@ -277,7 +376,9 @@ fn resolve_relation(apps: &[BundleApp], a: &str, b: &str) -> Result<BundleRelati
                 describe(app_b, &ep_b)
             ))
         }
-        _ => Err(format!("relation {a} {b}: ambiguous; name the endpoints (app:endpoint)")),
+        _ => Err(format!(
+            "relation {a} {b}: ambiguous; name the endpoints (app:endpoint)"
+        )),
     }
 }
 
@@ -288,8 +389,14 @@ mod tests {
     #[test]
     fn finds_nested_key_lines() {
         let text = "applications:\n  discourse:\n    charm: ./d.wasm\n    options:\n      port: 1\n  pg:\n    charm: x\nrelations:\n  - [\"a:db\", \"pg:db\"]\n";
-        assert_eq!(line_of_key(text, &["applications", "discourse", "charm"]), Some(3));
-        assert_eq!(line_of_key(text, &["applications", "discourse", "options", "port"]), Some(5));
+        assert_eq!(
+            line_of_key(text, &["applications", "discourse", "charm"]),
+            Some(3)
+        );
+        assert_eq!(
+            line_of_key(text, &["applications", "discourse", "options", "port"]),
+            Some(5)
+        );
         assert_eq!(line_of_key(text, &["applications", "pg", "charm"]), Some(7));
         assert_eq!(line_in_relations(text, "pg:db"), Some(9));
         assert_eq!(line_of_key(text, &["applications", "nope"]), None);

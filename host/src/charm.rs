@@ -12,13 +12,22 @@ use wasmtime::{Engine, Store, UpdateDeadline};
 use crate::bindings::{self, Charm as CharmBindings, CharmPre, types};
 use crate::context::{HookContext, Interruption, LogLine};
 use crate::model::{
-    ActionMeta, Changes, CharmMetadata, ConfigOptionMeta, ConfigValue, EndpointMeta, OptionType, RelationRole,
-    UnitSnapshot,
+    ActionMeta, Changes, CharmMetadata, ConfigOptionMeta, ConfigValue, EndpointMeta, OptionType,
+    RelationRole, UnitSnapshot,
 };
 use crate::store::Fence;
 
 /// The interfaces of our package a charm may import.
-const CHARM_INTERFACES: &[&str] = &["types", "leadership", "pod", "config", "relations", "status", "log", "state"];
+const CHARM_INTERFACES: &[&str] = &[
+    "types",
+    "leadership",
+    "pod",
+    "config",
+    "relations",
+    "status",
+    "log",
+    "state",
+];
 /// The package and version this host speaks.
 pub const WIT_PACKAGE: &str = "juju:charm@0.1.0";
 /// The functions a charm must export.
@@ -119,14 +128,20 @@ impl CharmRuntime {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         CharmBindings::add_to_linker::<HookContext, HasSelf<HookContext>>(&mut linker, |ctx| ctx)?;
         let weak = engine.weak();
-        std::thread::Builder::new().name("epoch-ticker".into()).spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
-            }
-        })?;
-        Ok(CharmRuntime { engine, linker: Arc::new(linker), config })
+        std::thread::Builder::new()
+            .name("epoch-ticker".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })?;
+        Ok(CharmRuntime {
+            engine,
+            linker: Arc::new(linker),
+            config,
+        })
     }
 
     /// The runtime's limits.
@@ -136,7 +151,10 @@ impl CharmRuntime {
 
     /// Loads the charm in `path`.
     pub fn load_file(&self, path: &Path) -> Result<Charm, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_owned(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
         self.load(path, &bytes)
     }
 
@@ -148,15 +166,26 @@ impl CharmRuntime {
             Some([0, b'a', b's', b'm', ..]) => {}
             _ => return Err(LoadError::NotWasm { path }),
         }
-        let component = Component::new(&self.engine, bytes)
-            .map_err(|source| LoadError::Wasm { path: path.clone(), what: "cannot compile component", source })?;
-        check_world(&self.engine, &component).map_err(|reason| LoadError::WrongWorld { path: path.clone(), reason })?;
-        let instance_pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| LoadError::WrongWorld { path: path.clone(), reason: format!("{e:#}") })?;
-        let pre = CharmPre::new(instance_pre)
-            .map_err(|e| LoadError::WrongWorld { path: path.clone(), reason: format!("{e:#}") })?;
+        let component = Component::new(&self.engine, bytes).map_err(|source| LoadError::Wasm {
+            path: path.clone(),
+            what: "cannot compile component",
+            source,
+        })?;
+        check_world(&self.engine, &component).map_err(|reason| LoadError::WrongWorld {
+            path: path.clone(),
+            reason,
+        })?;
+        let instance_pre =
+            self.linker
+                .instantiate_pre(&component)
+                .map_err(|e| LoadError::WrongWorld {
+                    path: path.clone(),
+                    reason: format!("{e:#}"),
+                })?;
+        let pre = CharmPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
+            path: path.clone(),
+            reason: format!("{e:#}"),
+        })?;
         let mut charm = Charm {
             runtime: self.clone(),
             pre,
@@ -189,12 +218,20 @@ fn check_world(engine: &Engine, component: &Component) -> Result<(), String> {
         let ours = name
             .strip_prefix("juju:charm/")
             .and_then(|rest| rest.split_once('@'))
-            .is_some_and(|(iface, version)| CHARM_INTERFACES.contains(&iface) && version == "0.1.0");
+            .is_some_and(|(iface, version)| {
+                CHARM_INTERFACES.contains(&iface) && version == "0.1.0"
+            });
         if !ours && !name.starts_with("wasi:") {
-            problems.push(format!("imports `{name}`, which this host does not provide"));
+            problems.push(format!(
+                "imports `{name}`, which this host does not provide"
+            ));
         }
     }
-    if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
 }
 
 /// A loaded charm, ready to run hooks. Cheap to clone.
@@ -261,15 +298,31 @@ impl Charm {
 
     fn read_metadata(&self, path: &Path) -> Result<CharmMetadata, LoadError> {
         let snapshot = UnitSnapshot::default();
-        let ctx = HookContext::new(snapshot, None, self.metadata.clone(), self.runtime.config.memory_limit);
+        let ctx = HookContext::new(
+            snapshot,
+            None,
+            self.metadata.clone(),
+            self.runtime.config.memory_limit,
+        );
         let mut store = self.store(ctx, None);
-        let wasm = |source| LoadError::Wasm { path: path.to_owned(), what: "metadata() failed", source };
+        let wasm = |source| LoadError::Wasm {
+            path: path.to_owned(),
+            what: "metadata() failed",
+            source,
+        };
         let instance = self.pre.instantiate(&mut store).map_err(wasm)?;
         let meta = instance.call_metadata(&mut store).map_err(wasm)?;
-        convert_metadata(meta).map_err(|reason| LoadError::Metadata { path: path.to_owned(), reason })
+        convert_metadata(meta).map_err(|reason| LoadError::Metadata {
+            path: path.to_owned(),
+            reason,
+        })
     }
 
-    fn store(&self, ctx: HookContext, guarantee: Option<Arc<dyn GuaranteeWatch>>) -> Store<HookContext> {
+    fn store(
+        &self,
+        ctx: HookContext,
+        guarantee: Option<Arc<dyn GuaranteeWatch>>,
+    ) -> Store<HookContext> {
         let mut store = Store::new(&self.runtime.engine, ctx);
         store.limiter(|ctx| &mut ctx.limits);
         let timeout_at = Instant::now() + self.runtime.config.hook_timeout;
@@ -313,7 +366,12 @@ impl Charm {
             unit: snapshot.unit.clone(),
             app: snapshot.app.clone(),
         };
-        let ctx = HookContext::new(snapshot, fence, self.metadata.clone(), self.runtime.config.memory_limit);
+        let ctx = HookContext::new(
+            snapshot,
+            fence,
+            self.metadata.clone(),
+            self.runtime.config.memory_limit,
+        );
         let mut store = self.store(ctx, guarantee);
         let result = self
             .pre
@@ -325,7 +383,10 @@ impl Charm {
             Ok(Err(message)) => HookOutcome::Failed(message),
             Err(e) => match (data.interruption, e.downcast_ref::<wasmtime::Trap>()) {
                 (Some(why), Some(wasmtime::Trap::Interrupt)) => HookOutcome::Interrupted(why),
-                _ => HookOutcome::Trapped(trap_message(&e, &String::from_utf8_lossy(&data.output.contents()))),
+                _ => HookOutcome::Trapped(trap_message(
+                    &e,
+                    &String::from_utf8_lossy(&data.output.contents()),
+                )),
             },
         };
         data.finish(outcome)
@@ -340,7 +401,11 @@ fn trap_message(e: &wasmtime::Error, output: &str) -> String {
     };
     match output.lines().find(|l| l.contains("panicked at")) {
         Some(_) => {
-            let panic: Vec<&str> = output.lines().skip_while(|l| !l.contains("panicked at")).take(2).collect();
+            let panic: Vec<&str> = output
+                .lines()
+                .skip_while(|l| !l.contains("panicked at"))
+                .take(2)
+                .collect();
             format!("{trap}: {}", panic.join(" ").trim())
         }
         None => trap,
@@ -385,12 +450,33 @@ fn convert_metadata(meta: bindings::types::Metadata) -> Result<CharmMetadata, St
         });
         if let Some(d) = &default {
             if d.clone().coerce(kind).is_none() {
-                return Err(format!("config option {:?}: default is not a {}", o.name, kind.as_str()));
+                return Err(format!(
+                    "config option {:?}: default is not a {}",
+                    o.name,
+                    kind.as_str()
+                ));
             }
         }
-        config.push(ConfigOptionMeta { name: o.name, kind, default, description: o.description });
+        config.push(ConfigOptionMeta {
+            name: o.name,
+            kind,
+            default,
+            description: o.description,
+        });
     }
-    let actions =
-        meta.actions.into_iter().map(|a| ActionMeta { name: a.name, description: a.description }).collect();
-    Ok(CharmMetadata { name: meta.name, summary: meta.summary, relations, config, actions })
+    let actions = meta
+        .actions
+        .into_iter()
+        .map(|a| ActionMeta {
+            name: a.name,
+            description: a.description,
+        })
+        .collect();
+    Ok(CharmMetadata {
+        name: meta.name,
+        summary: meta.summary,
+        relations,
+        config,
+        actions,
+    })
 }

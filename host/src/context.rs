@@ -60,7 +60,10 @@ impl HookContext {
         let output = MemoryOutputPipe::new(OUTPUT_CAPACITY);
         // The sandbox: no filesystem, network, environment or arguments. Clocks and random
         // stay, as a charm's standard library needs them.
-        let wasi = WasiCtx::builder().stdout(output.clone()).stderr(output.clone()).build();
+        let wasi = WasiCtx::builder()
+            .stdout(output.clone())
+            .stderr(output.clone())
+            .build();
         HookContext {
             snapshot,
             fence,
@@ -70,7 +73,9 @@ impl HookContext {
             interruption: None,
             leadership_refusals: 0,
             output,
-            limits: wasmtime::StoreLimitsBuilder::new().memory_size(memory_limit).build(),
+            limits: wasmtime::StoreLimitsBuilder::new()
+                .memory_size(memory_limit)
+                .build(),
             wasi,
             table: ResourceTable::new(),
         }
@@ -104,7 +109,10 @@ impl HookContext {
 
 impl WasiView for HookContext {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 

@@ -11,7 +11,8 @@ use crate::agent::{HookExecutor, HookRecord, RetryPolicy, UnitAgent};
 use crate::charm::Charm;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
 use crate::model::{
-    ApplicationRecord, CharmMetadata, ConfigValue, Hook, RelationEndpoint, RelationHook, RelationRecord, RelationRole, app_of,
+    ApplicationRecord, CharmMetadata, ConfigValue, Hook, RelationEndpoint, RelationHook,
+    RelationRecord, RelationRole, app_of,
 };
 use crate::store::{CommitReceipt, ModelStatus, Store, StoreError};
 
@@ -42,7 +43,9 @@ pub struct ControllerConfig {
 
 /// A stable 64-bit hash (FNV-1a), to derive per-unit seeds.
 fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Why a deployment step was refused.
@@ -105,7 +108,10 @@ impl Shared {
             (observer.0)(&record);
         }
         if let Some(history) = &self.history {
-            history.lock().unwrap_or_else(|e| e.into_inner()).push(record);
+            history
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(record);
         }
     }
 
@@ -121,7 +127,10 @@ impl Shared {
 
     /// Fires the hooks Juju fires on other units after `unit`'s commit.
     pub(crate) async fn route(&self, unit: &str, receipt: &CommitReceipt) {
-        if receipt.unit_bags_changed.is_empty() && receipt.app_bags_changed.is_empty() && !receipt.leader_data_changed {
+        if receipt.unit_bags_changed.is_empty()
+            && receipt.app_bags_changed.is_empty()
+            && !receipt.leader_data_changed
+        {
             return;
         }
         let app = app_of(unit);
@@ -138,8 +147,12 @@ impl Shared {
             .map(|id| (*id, Some(unit.to_string())))
             .chain(receipt.app_bags_changed.iter().map(|id| (*id, None)));
         for (id, remote_unit) in changed {
-            let Some(rel) = relations.iter().find(|r| r.id == id) else { continue };
-            let Some(remote) = rel.remote(app) else { continue };
+            let Some(rel) = relations.iter().find(|r| r.id == id) else {
+                continue;
+            };
+            let Some(remote) = rel.remote(app) else {
+                continue;
+            };
             for target in self.units(&remote.app).await {
                 if target == unit {
                     continue;
@@ -181,7 +194,11 @@ pub struct Controller {
 
 impl Controller {
     /// A controller over `store`. Must be created inside a tokio runtime.
-    pub fn new(store: Arc<dyn Store>, guarantee_margin: Duration, config: ControllerConfig) -> Result<Self, ControllerError> {
+    pub fn new(
+        store: Arc<dyn Store>,
+        guarantee_margin: Duration,
+        config: ControllerConfig,
+    ) -> Result<Self, ControllerError> {
         config.leadership.validate()?;
         let (tx, idle) = watch::channel(0);
         let shared = Arc::new(Shared {
@@ -219,7 +236,8 @@ impl Controller {
         units: u32,
     ) -> Result<Vec<String>, ControllerError> {
         let metadata = charm.metadata().as_ref().clone();
-        self.deploy_with(app, Arc::new(charm), metadata, charm_ref, config, units).await
+        self.deploy_with(app, Arc::new(charm), metadata, charm_ref, config, units)
+            .await
     }
 
     /// Deploys `units` units of `app` whose hooks `executor` runs; `metadata` is what the
@@ -240,16 +258,20 @@ impl Controller {
         }
         let mut settings = BTreeMap::new();
         for (name, value) in config {
-            let option = metadata.option(&name).ok_or_else(|| ControllerError::BadOption {
-                app: app.to_string(),
-                option: name.clone(),
-                reason: format!("charm {} has no such option", metadata.name),
-            })?;
-            let value = value.coerce(option.kind).ok_or_else(|| ControllerError::BadOption {
-                app: app.to_string(),
-                option: name.clone(),
-                reason: format!("expected a {}", option.kind.as_str()),
-            })?;
+            let option = metadata
+                .option(&name)
+                .ok_or_else(|| ControllerError::BadOption {
+                    app: app.to_string(),
+                    option: name.clone(),
+                    reason: format!("charm {} has no such option", metadata.name),
+                })?;
+            let value = value
+                .coerce(option.kind)
+                .ok_or_else(|| ControllerError::BadOption {
+                    app: app.to_string(),
+                    option: name.clone(),
+                    reason: format!("expected a {}", option.kind.as_str()),
+                })?;
             settings.insert(name, value);
         }
         self.shared
@@ -261,7 +283,10 @@ impl Controller {
                 config: settings,
             })
             .await?;
-        self.executors.lock().unwrap_or_else(|e| e.into_inner()).insert(app.to_string(), executor.clone());
+        self.executors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(app.to_string(), executor.clone());
         let mut names = Vec::new();
         for _ in 0..units {
             let unit = self.shared.store.add_unit(app).await?;
@@ -274,9 +299,16 @@ impl Controller {
 
     /// Starts the agents of an application the store already has: nothing is deployed
     /// again and install does not run again.
-    async fn resume(&self, app: ApplicationRecord, executor: Arc<dyn HookExecutor>) -> Result<Vec<String>, ControllerError> {
+    async fn resume(
+        &self,
+        app: ApplicationRecord,
+        executor: Arc<dyn HookExecutor>,
+    ) -> Result<Vec<String>, ControllerError> {
         tracing::info!(app = %app.name, "resuming from the store");
-        self.executors.lock().unwrap_or_else(|e| e.into_inner()).insert(app.name.clone(), executor.clone());
+        self.executors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(app.name.clone(), executor.clone());
         // A unit that still holds its lease already ran leader-elected for that term.
         let lease = self.shared.store.leader(&app.name).await.ok().flatten();
         let units = self.shared.store.units(&app.name).await?;
@@ -297,11 +329,24 @@ impl Controller {
     ) {
         let (tx, inbox) = mpsc::unbounded_channel();
         self.shared.pending.add(initial.len());
-        self.shared.mailboxes.lock().unwrap_or_else(|e| e.into_inner()).insert(unit.to_string(), tx);
+        self.shared
+            .mailboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(unit.to_string(), tx);
         let lease_store: Arc<dyn crate::store::LeaseStore> = self.shared.store.clone();
         let seed = self.seed ^ fnv1a(unit);
-        let tracker = LeadershipTracker::spawn(lease_store, app_of(unit), unit, self.config.leadership.clone(), seed);
-        self.leadership.lock().unwrap_or_else(|e| e.into_inner()).insert(unit.to_string(), tracker.subscribe());
+        let tracker = LeadershipTracker::spawn(
+            lease_store,
+            app_of(unit),
+            unit,
+            self.config.leadership.clone(),
+            seed,
+        );
+        self.leadership
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(unit.to_string(), tracker.subscribe());
         let agent = UnitAgent {
             unit: unit.to_string(),
             executor,
@@ -315,12 +360,19 @@ impl Controller {
             elected_term,
         };
         let task = tokio::spawn(agent.run(tracker));
-        self.trackers.lock().unwrap_or_else(|e| e.into_inner()).insert(unit.to_string(), task.abort_handle());
+        self.trackers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(unit.to_string(), task.abort_handle());
     }
 
     /// Relates two endpoints, given as `(app, endpoint)`, and fires relation-created,
     /// -joined and -changed on both sides as Juju does.
-    pub async fn relate(&self, a: (&str, &str), b: (&str, &str)) -> Result<RelationRecord, ControllerError> {
+    pub async fn relate(
+        &self,
+        a: (&str, &str),
+        b: (&str, &str),
+    ) -> Result<RelationRecord, ControllerError> {
         let bad = |reason: String| ControllerError::BadRelation {
             a: format!("{}:{}", a.0, a.1),
             b: format!("{}:{}", b.0, b.1),
@@ -328,30 +380,54 @@ impl Controller {
         };
         let app_a = self.shared.store.application(a.0).await?;
         let app_b = self.shared.store.application(b.0).await?;
-        let ep_a = app_a.metadata.endpoint(a.1).ok_or_else(|| bad(format!("{} has no endpoint {:?}", a.0, a.1)))?;
-        let ep_b = app_b.metadata.endpoint(b.1).ok_or_else(|| bad(format!("{} has no endpoint {:?}", b.0, b.1)))?;
+        let ep_a = app_a
+            .metadata
+            .endpoint(a.1)
+            .ok_or_else(|| bad(format!("{} has no endpoint {:?}", a.0, a.1)))?;
+        let ep_b = app_b
+            .metadata
+            .endpoint(b.1)
+            .ok_or_else(|| bad(format!("{} has no endpoint {:?}", b.0, b.1)))?;
         if ep_a.interface != ep_b.interface {
-            return Err(bad(format!("interfaces differ: {} and {}", ep_a.interface, ep_b.interface)));
+            return Err(bad(format!(
+                "interfaces differ: {} and {}",
+                ep_a.interface, ep_b.interface
+            )));
         }
         let compatible = matches!(
             (ep_a.role, ep_b.role),
-            (RelationRole::Provides, RelationRole::Requires) | (RelationRole::Requires, RelationRole::Provides)
+            (RelationRole::Provides, RelationRole::Requires)
+                | (RelationRole::Requires, RelationRole::Provides)
         );
         if !compatible {
-            return Err(bad(format!("roles {:?} and {:?} do not pair", ep_a.role, ep_b.role)));
+            return Err(bad(format!(
+                "roles {:?} and {:?} do not pair",
+                ep_a.role, ep_b.role
+            )));
         }
         let endpoints = vec![
-            RelationEndpoint { app: a.0.to_string(), endpoint: a.1.to_string() },
-            RelationEndpoint { app: b.0.to_string(), endpoint: b.1.to_string() },
+            RelationEndpoint {
+                app: a.0.to_string(),
+                endpoint: a.1.to_string(),
+            },
+            RelationEndpoint {
+                app: b.0.to_string(),
+                endpoint: b.1.to_string(),
+            },
         ];
         // Relating again what is already related (a resumed bundle) changes nothing.
-        let existing = self.shared.store.relations().await?.into_iter().find(|r| {
-            r.endpoints.len() == 2 && r.endpoints.iter().all(|e| endpoints.contains(e))
-        });
+        let existing =
+            self.shared.store.relations().await?.into_iter().find(|r| {
+                r.endpoints.len() == 2 && r.endpoints.iter().all(|e| endpoints.contains(e))
+            });
         if let Some(existing) = existing {
             return Ok(existing);
         }
-        let record = self.shared.store.add_relation(&ep_a.interface, endpoints).await?;
+        let record = self
+            .shared
+            .store
+            .add_relation(&ep_a.interface, endpoints)
+            .await?;
         let sides = [(a, b), (b, a)];
         for ((local_app, local_ep), (remote_app, _)) in sides {
             let remote_units = self.shared.units(remote_app).await;
@@ -362,10 +438,13 @@ impl Controller {
                     remote_app: remote_app.to_string(),
                     remote_unit: remote_unit.cloned(),
                 };
-                self.shared.enqueue(&unit, Hook::RelationCreated(hook(None)));
+                self.shared
+                    .enqueue(&unit, Hook::RelationCreated(hook(None)));
                 for remote in &remote_units {
-                    self.shared.enqueue(&unit, Hook::RelationJoined(hook(Some(remote))));
-                    self.shared.enqueue(&unit, Hook::RelationChanged(hook(Some(remote))));
+                    self.shared
+                        .enqueue(&unit, Hook::RelationJoined(hook(Some(remote))));
+                    self.shared
+                        .enqueue(&unit, Hook::RelationChanged(hook(Some(remote))));
                 }
             }
         }
@@ -399,15 +478,29 @@ impl Controller {
     /// Stops a unit's agent and its lease renewal abruptly, as if its host crashed: its
     /// lease lapses after its duration and another unit takes over.
     pub fn crash_unit(&self, unit: &str) {
-        if let Some(task) = self.trackers.lock().unwrap_or_else(|e| e.into_inner()).remove(unit) {
+        if let Some(task) = self
+            .trackers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(unit)
+        {
             task.abort();
         }
-        self.shared.mailboxes.lock().unwrap_or_else(|e| e.into_inner()).remove(unit);
+        self.shared
+            .mailboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(unit);
     }
 
     /// Starts a crashed unit's agent again, with nothing queued.
     pub fn restart_unit(&self, unit: &str) {
-        let executor = self.executors.lock().unwrap_or_else(|e| e.into_inner()).get(app_of(unit)).cloned();
+        let executor = self
+            .executors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(app_of(unit))
+            .cloned();
         if let Some(executor) = executor {
             self.start_agent(unit, executor, Vec::new(), true, None);
         }
@@ -420,15 +513,25 @@ impl Controller {
 
     /// A watch on a unit's leadership, as its agent sees it.
     pub fn leadership(&self, unit: &str) -> Option<watch::Receiver<Leadership>> {
-        self.leadership.lock().unwrap_or_else(|e| e.into_inner()).get(unit).cloned()
+        self.leadership
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(unit)
+            .cloned()
     }
 
     /// Stops every agent.
     pub fn shutdown(&self) {
-        for (_, task) in std::mem::take(&mut *self.trackers.lock().unwrap_or_else(|e| e.into_inner())) {
+        for (_, task) in
+            std::mem::take(&mut *self.trackers.lock().unwrap_or_else(|e| e.into_inner()))
+        {
             task.abort();
         }
-        self.shared.mailboxes.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.shared
+            .mailboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 }
 

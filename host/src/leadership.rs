@@ -86,7 +86,9 @@ pub enum LeadershipConfigError {
         lease: Duration,
     },
     /// Renewal would come after the guarantee ends.
-    #[error("renew interval {renew:?} must be shorter than the guarantee {guarantee:?} (lease minus drift margin)")]
+    #[error(
+        "renew interval {renew:?} must be shorter than the guarantee {guarantee:?} (lease minus drift margin)"
+    )]
     RenewTooLate {
         /// The renew interval.
         renew: Duration,
@@ -110,10 +112,16 @@ impl LeadershipConfig {
     /// Checks that the timings can keep a leader leading.
     pub fn validate(&self) -> Result<(), LeadershipConfigError> {
         if self.drift_margin >= self.lease_duration {
-            return Err(LeadershipConfigError::MarginTooLarge { margin: self.drift_margin, lease: self.lease_duration });
+            return Err(LeadershipConfigError::MarginTooLarge {
+                margin: self.drift_margin,
+                lease: self.lease_duration,
+            });
         }
         if self.renew_interval >= self.guarantee() {
-            return Err(LeadershipConfigError::RenewTooLate { renew: self.renew_interval, guarantee: self.guarantee() });
+            return Err(LeadershipConfigError::RenewTooLate {
+                renew: self.renew_interval,
+                guarantee: self.guarantee(),
+            });
         }
         Ok(())
     }
@@ -150,11 +158,29 @@ pub struct LeadershipTracker {
 impl LeadershipTracker {
     /// Starts claiming and renewing `app`'s lease for `unit` in the background.
     /// `seed` seeds the retry jitter, so that a simulation replays exactly.
-    pub fn spawn(store: Arc<dyn LeaseStore>, app: &str, unit: &str, config: LeadershipConfig, seed: u64) -> Self {
+    pub fn spawn(
+        store: Arc<dyn LeaseStore>,
+        app: &str,
+        unit: &str,
+        config: LeadershipConfig,
+        seed: u64,
+    ) -> Self {
         let (tx, rx) = watch::channel(Leadership::Unknown);
         let rng = StdRng::seed_from_u64(seed);
-        let task = tokio::spawn(renew_loop(store, app.to_string(), unit.to_string(), config, tx, rng));
-        LeadershipTracker { app: app.to_string(), unit: unit.to_string(), rx, task }
+        let task = tokio::spawn(renew_loop(
+            store,
+            app.to_string(),
+            unit.to_string(),
+            config,
+            tx,
+            rng,
+        ));
+        LeadershipTracker {
+            app: app.to_string(),
+            unit: unit.to_string(),
+            rx,
+            task,
+        }
     }
 
     /// A receiver of every change of this unit's leadership.
@@ -167,9 +193,19 @@ impl LeadershipTracker {
     pub fn pin(&self, min_remaining: Duration) -> Option<(Fence, Arc<dyn GuaranteeWatch>)> {
         let now = Instant::now();
         match *self.rx.borrow() {
-            Leadership::Leader { term, guarantee_until } if now + min_remaining < guarantee_until => {
-                let fence = Fence { app: self.app.clone(), holder: self.unit.clone(), term };
-                let watch = Arc::new(TermGuarantee { rx: self.rx.clone(), term });
+            Leadership::Leader {
+                term,
+                guarantee_until,
+            } if now + min_remaining < guarantee_until => {
+                let fence = Fence {
+                    app: self.app.clone(),
+                    holder: self.unit.clone(),
+                    term,
+                };
+                let watch = Arc::new(TermGuarantee {
+                    rx: self.rx.clone(),
+                    term,
+                });
                 Some((fence, watch))
             }
             _ => None,
@@ -197,7 +233,10 @@ struct TermGuarantee {
 impl GuaranteeWatch for TermGuarantee {
     fn valid_until(&self) -> Option<Instant> {
         match *self.rx.borrow() {
-            Leadership::Leader { term, guarantee_until } if term == self.term => Some(guarantee_until),
+            Leadership::Leader {
+                term,
+                guarantee_until,
+            } if term == self.term => Some(guarantee_until),
             _ => None,
         }
     }
@@ -207,7 +246,9 @@ impl GuaranteeWatch for TermGuarantee {
 /// retry period, capped at it, with jitter so that units do not retry in lockstep.
 fn backoff(config: &LeadershipConfig, failures: u32, rng: &mut StdRng) -> Duration {
     let base = config.retry_period / 8;
-    let exp = base.saturating_mul(1 << failures.min(16)).min(config.retry_period);
+    let exp = base
+        .saturating_mul(1 << failures.min(16))
+        .min(config.retry_period);
     let jitter = rng.random_range(0.5..=1.0);
     exp.mul_f64(jitter)
 }
@@ -223,20 +264,32 @@ async fn renew_loop(
     let mut failures = 0u32;
     loop {
         let sent_at = Instant::now();
-        let answer = match timeout(config.request_timeout, store.claim(&app, &unit, config.lease_duration)).await {
+        let answer = match timeout(
+            config.request_timeout,
+            store.claim(&app, &unit, config.lease_duration),
+        )
+        .await
+        {
             Ok(answer) => answer,
-            Err(_) => Err(LeaseError::Unavailable(format!("no answer within {:?}", config.request_timeout))),
+            Err(_) => Err(LeaseError::Unavailable(format!(
+                "no answer within {:?}",
+                config.request_timeout
+            ))),
         };
         let now = Instant::now();
         let next = match answer {
             Ok(Claim::Held(lease)) => {
                 failures = 0;
                 let guarantee_until = sent_at + lease.duration.saturating_sub(config.drift_margin);
-                let was_leader = matches!(*tx.borrow(), Leadership::Leader { term, .. } if term == lease.term);
+                let was_leader =
+                    matches!(*tx.borrow(), Leadership::Leader { term, .. } if term == lease.term);
                 if !was_leader {
                     tracing::info!(%unit, term = lease.term, "became leader of {app}");
                 }
-                tx.send_replace(Leadership::Leader { term: lease.term, guarantee_until });
+                tx.send_replace(Leadership::Leader {
+                    term: lease.term,
+                    guarantee_until,
+                });
                 sent_at + config.renew_interval
             }
             Ok(Claim::Denied { holder, .. }) => {
@@ -245,8 +298,15 @@ async fn renew_loop(
                     tracing::warn!(%unit, "deposed: {holder} holds the lease of {app}");
                 }
                 tx.send_if_modified(|l| {
-                    let new = Leadership::Follower { leader: Some(holder) };
-                    if *l == new { false } else { *l = new; true }
+                    let new = Leadership::Follower {
+                        leader: Some(holder),
+                    };
+                    if *l == new {
+                        false
+                    } else {
+                        *l = new;
+                        true
+                    }
                 });
                 now + config.retry_period.mul_f64(rng.random_range(0.75..=1.0))
             }
@@ -260,7 +320,9 @@ async fn renew_loop(
         // Sleep until the next claim, waking at the guarantee's end to give leadership up
         // if no renewal arrived in time.
         let guarantee_end = match *tx.borrow() {
-            Leadership::Leader { guarantee_until, .. } => Some(guarantee_until),
+            Leadership::Leader {
+                guarantee_until, ..
+            } => Some(guarantee_until),
             _ => None,
         };
         match guarantee_end {

@@ -13,7 +13,6 @@
 
 #![deny(missing_docs)]
 
-
 #[allow(missing_docs)]
 pub mod bindings;
 

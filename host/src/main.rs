@@ -18,7 +18,11 @@ use charm_host::model::CharmMetadata;
 use charm_host::store::{MemoryStore, ModelStatus, SqliteStore, Store};
 
 #[derive(Parser)]
-#[command(name = "charm-host", version, about = "Runs Juju charms compiled to WebAssembly components")]
+#[command(
+    name = "charm-host",
+    version,
+    about = "Runs Juju charms compiled to WebAssembly components"
+)]
 struct Cli {
     /// More logging (-v: info, -vv: debug). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -126,13 +130,18 @@ enum Command {
 }
 
 fn seconds(name: &str, s: f64) -> Result<Duration> {
-    Duration::try_from_secs_f64(s).with_context(|| format!("--{name} {s}: not a duration in seconds"))
+    Duration::try_from_secs_f64(s)
+        .with_context(|| format!("--{name} {s}: not a duration in seconds"))
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
     // A simulation's warnings (deposed leaders, lapsed guarantees) are its subject, not news.
-    let quiet = if matches!(cli.command, Command::Sim(_)) { "error" } else { "warn" };
+    let quiet = if matches!(cli.command, Command::Sim(_)) {
+        "error"
+    } else {
+        "warn"
+    };
     let default = match cli.verbose {
         0 => quiet,
         1 => "info",
@@ -140,7 +149,8 @@ fn main() -> Result<()> {
     };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default.into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -154,9 +164,14 @@ fn main() -> Result<()> {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(print_pod_spec(&open_store(&store, false)?, &app, format))
         }
-        Command::Sim(SimCommand::Leadership { seed, units, hooks, faults, policy, format }) => {
-            sim_leadership(seed, units, hooks, &faults, &policy, format)
-        }
+        Command::Sim(SimCommand::Leadership {
+            seed,
+            units,
+            hooks,
+            faults,
+            policy,
+            format,
+        }) => sim_leadership(seed, units, hooks, &faults, &policy, format),
         Command::Run {
             bundle,
             until_idle,
@@ -177,12 +192,26 @@ fn main() -> Result<()> {
             };
             leadership.validate()?;
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(run(bundle, until_idle, seconds("timeout", timeout)?, format, &store, leadership))
+            runtime.block_on(run(
+                bundle,
+                until_idle,
+                seconds("timeout", timeout)?,
+                format,
+                &store,
+                leadership,
+            ))
         }
     }
 }
 
-fn sim_leadership(seed: u64, units: u32, hooks: u64, faults: &str, policy: &str, format: Format) -> Result<()> {
+fn sim_leadership(
+    seed: u64,
+    units: u32,
+    hooks: u64,
+    faults: &str,
+    policy: &str,
+    format: Format,
+) -> Result<()> {
     use charm_host::sim::{self, Policy, Profile, SimConfig};
     let profiles: Vec<Profile> = match faults {
         "all" => Profile::ALL.to_vec(),
@@ -216,7 +245,11 @@ fn sim_leadership(seed: u64, units: u32, hooks: u64, faults: &str, policy: &str,
                 report.measured.hooks_run as f64 / wall.max(1e-9)
             );
             if *policy == Policy::Pinned {
-                violations.extend(sim::invariant_violations(&report).into_iter().map(|v| format!("{}: {v}", profile.name())));
+                violations.extend(
+                    sim::invariant_violations(&report)
+                        .into_iter()
+                        .map(|v| format!("{}: {v}", profile.name())),
+                );
             }
             reports.push(report);
         }
@@ -230,8 +263,18 @@ fn sim_leadership(seed: u64, units: u32, hooks: u64, faults: &str, policy: &str,
     } else {
         let mut rows = vec![
             [
-                "Policy", "Faults", "Hooks", "Leader hooks", "Inconsistent", "Interrupted", "Split brain", "Stale commits",
-                "Changes", "Spurious", "Leaderless s", "Failover s (median/max)",
+                "Policy",
+                "Faults",
+                "Hooks",
+                "Leader hooks",
+                "Inconsistent",
+                "Interrupted",
+                "Split brain",
+                "Stale commits",
+                "Changes",
+                "Spurious",
+                "Leaderless s",
+                "Failover s (median/max)",
             ]
             .map(String::from)
             .to_vec(),
@@ -260,7 +303,10 @@ fn sim_leadership(seed: u64, units: u32, hooks: u64, faults: &str, policy: &str,
         print_table(&rows);
     }
     if !violations.is_empty() {
-        bail!("the pinned policy broke its invariants:\n  {}", violations.join("\n  "));
+        bail!(
+            "the pinned policy broke its invariants:\n  {}",
+            violations.join("\n  ")
+        );
     }
     Ok(())
 }
@@ -276,16 +322,38 @@ fn inspect(path: &PathBuf, format: Format) -> Result<()> {
     println!("Charm    {}", meta.name);
     println!("Summary  {}", meta.summary);
     println!();
-    let mut rows = vec![vec!["Endpoint".to_string(), "Role".into(), "Interface".into()]];
+    let mut rows = vec![vec![
+        "Endpoint".to_string(),
+        "Role".into(),
+        "Interface".into(),
+    ]];
     for e in &meta.relations {
-        rows.push(vec![e.name.clone(), format!("{:?}", e.role).to_lowercase(), e.interface.clone()]);
+        rows.push(vec![
+            e.name.clone(),
+            format!("{:?}", e.role).to_lowercase(),
+            e.interface.clone(),
+        ]);
     }
     print_table(&rows);
     println!();
-    let mut rows = vec![vec!["Option".to_string(), "Type".into(), "Default".into(), "Description".into()]];
+    let mut rows = vec![vec![
+        "Option".to_string(),
+        "Type".into(),
+        "Default".into(),
+        "Description".into(),
+    ]];
     for o in &meta.config {
-        let default = o.default.as_ref().map(|d| serde_json::to_string(d).unwrap_or_default()).unwrap_or_default();
-        rows.push(vec![o.name.clone(), o.kind.as_str().into(), default, o.description.clone()]);
+        let default = o
+            .default
+            .as_ref()
+            .map(|d| serde_json::to_string(d).unwrap_or_default())
+            .unwrap_or_default();
+        rows.push(vec![
+            o.name.clone(),
+            o.kind.as_str().into(),
+            default,
+            o.description.clone(),
+        ]);
     }
     print_table(&rows);
     if !meta.actions.is_empty() {
@@ -309,17 +377,25 @@ fn open_store(spec: &str, create: bool) -> Result<Arc<dyn Store>> {
     };
     let path = PathBuf::from(path);
     if !create && !path.exists() {
-        bail!("--store {spec}: {} does not exist; `charm-host run` creates it", path.display());
+        bail!(
+            "--store {spec}: {} does not exist; `charm-host run` creates it",
+            path.display()
+        );
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("--store {spec}: cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--store {spec}: cannot create {}", dir.display()))?;
     }
     let store = SqliteStore::open(&path, "default").with_context(|| format!("--store {spec}"))?;
     Ok(Arc::new(store))
 }
 
 async fn print_pod_spec(store: &Arc<dyn Store>, app: &str, format: Format) -> Result<()> {
-    let Some(spec) = store.pod_spec(app).await.with_context(|| format!("application {app}"))? else {
+    let Some(spec) = store
+        .pod_spec(app)
+        .await
+        .with_context(|| format!("application {app}"))?
+    else {
         bail!("application {app} has no pod spec yet");
     };
     if format == Format::Json {
@@ -350,7 +426,10 @@ async fn run(
     let runtime = CharmRuntime::new(runtime_config).map_err(anyhow::Error::from)?;
     // Everything is checked before anything is deployed.
     let bundle = Bundle::load(&bundle_path, &runtime)?;
-    let config = ControllerConfig { leadership, ..Default::default() };
+    let config = ControllerConfig {
+        leadership,
+        ..Default::default()
+    };
     let controller = Controller::new(store.clone(), margin, config)?;
     bundle.deploy(&controller).await?;
     let progress = std::io::stderr().is_terminal();
@@ -425,19 +504,33 @@ async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    let mut rows = vec![vec!["App".to_string(), "Leader".into(), "Term".into(), "Pod spec".into(), "Charm".into()]];
+    let mut rows = vec![vec![
+        "App".to_string(),
+        "Leader".into(),
+        "Term".into(),
+        "Pod spec".into(),
+        "Charm".into(),
+    ]];
     for a in &status.applications {
         rows.push(vec![
             a.name.clone(),
             a.leader.clone().unwrap_or_else(|| "-".into()),
             a.term.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
-            a.pod_spec_revision.map(|r| format!("revision {r}")).unwrap_or_else(|| "-".into()),
+            a.pod_spec_revision
+                .map(|r| format!("revision {r}"))
+                .unwrap_or_else(|| "-".into()),
             a.charm.clone(),
         ]);
     }
     print_table(&rows);
     println!();
-    let mut rows = vec![vec!["Unit".to_string(), "Workload".into(), "Leader".into(), "Version".into(), "Message".into()]];
+    let mut rows = vec![vec![
+        "Unit".to_string(),
+        "Workload".into(),
+        "Leader".into(),
+        "Version".into(),
+        "Message".into(),
+    ]];
     for u in &status.units {
         rows.push(vec![
             u.name.clone(),
@@ -462,11 +555,21 @@ async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {
 
 fn print_table(rows: &[Vec<String>]) {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> =
-        (0..cols).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
     for row in rows {
-        let cells: Vec<String> =
-            row.iter().enumerate().map(|(i, cell)| format!("{cell:<width$}", width = widths[i])).collect();
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| format!("{cell:<width$}", width = widths[i]))
+            .collect();
         println!("{}", cells.join("  ").trim_end());
     }
 }

@@ -61,7 +61,10 @@ pub struct Status {
 impl Status {
     /// A status of this kind with this message.
     pub fn new(kind: StatusKind, message: impl Into<String>) -> Self {
-        Status { kind, message: message.into() }
+        Status {
+            kind,
+            message: message.into(),
+        }
     }
 }
 

@@ -29,34 +29,57 @@ pub enum PodSpecError {
 }
 
 fn err(field: impl Into<String>, reason: impl Into<String>) -> FieldError {
-    FieldError { field: field.into(), reason: reason.into() }
+    FieldError {
+        field: field.into(),
+        reason: reason.into(),
+    }
 }
 
 fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
 }
 
 fn parse(text: &str) -> Result<Value, FieldError> {
     // JSON is YAML, so one parser takes both forms charms send.
-    serde_yaml::from_str::<Value>(text).map_err(|e| err("(document)", format!("not valid YAML or JSON: {e}")))
+    serde_yaml::from_str::<Value>(text)
+        .map_err(|e| err("(document)", format!("not valid YAML or JSON: {e}")))
 }
 
 fn object<'a>(value: &'a Value, path: &str) -> Result<&'a Map<String, Value>, FieldError> {
-    value.as_object().ok_or_else(|| err(if path.is_empty() { "(document)" } else { path }, "must be a mapping"))
+    value.as_object().ok_or_else(|| {
+        err(
+            if path.is_empty() { "(document)" } else { path },
+            "must be a mapping",
+        )
+    })
 }
 
 fn only_known(map: &Map<String, Value>, path: &str, known: &[&str]) -> Result<(), FieldError> {
     match map.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(k) => Err(err(join(path, k), format!("unknown field; expected one of: {}", known.join(", ")))),
+        Some(k) => Err(err(
+            join(path, k),
+            format!("unknown field; expected one of: {}", known.join(", ")),
+        )),
         None => Ok(()),
     }
 }
 
-fn string<'a>(map: &'a Map<String, Value>, path: &str, key: &str, required: bool) -> Result<Option<&'a str>, FieldError> {
+fn string<'a>(
+    map: &'a Map<String, Value>,
+    path: &str,
+    key: &str,
+    required: bool,
+) -> Result<Option<&'a str>, FieldError> {
     match map.get(key) {
         None | Some(Value::Null) if required => Err(err(join(path, key), "required")),
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if required && s.trim().is_empty() => Err(err(join(path, key), "must not be empty")),
+        Some(Value::String(s)) if required && s.trim().is_empty() => {
+            Err(err(join(path, key), "must not be empty"))
+        }
         Some(Value::String(s)) => Ok(Some(s)),
         Some(_) => Err(err(join(path, key), "must be a string")),
     }
@@ -73,11 +96,17 @@ fn string_list(map: &Map<String, Value>, path: &str, key: &str) -> Result<(), Fi
     }
 }
 
-fn one_of(map: &Map<String, Value>, path: &str, key: &str, allowed: &[&str]) -> Result<(), FieldError> {
+fn one_of(
+    map: &Map<String, Value>,
+    path: &str,
+    key: &str,
+    allowed: &[&str],
+) -> Result<(), FieldError> {
     match string(map, path, key, false)? {
-        Some(v) if !allowed.contains(&v) => {
-            Err(err(join(path, key), format!("{v:?} is not one of: {}", allowed.join(", "))))
-        }
+        Some(v) if !allowed.contains(&v) => Err(err(
+            join(path, key),
+            format!("{v:?} is not one of: {}", allowed.join(", ")),
+        )),
         _ => Ok(()),
     }
 }
@@ -85,17 +114,28 @@ fn one_of(map: &Map<String, Value>, path: &str, key: &str, allowed: &[&str]) -> 
 /// Kubernetes names: a DNS-1123 label.
 fn dns_label(name: &str, field: &str) -> Result<(), FieldError> {
     let ok = name.len() <= 63
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-');
     if ok {
         Ok(())
     } else {
-        Err(err(field, format!("{name:?} is not a valid name: lowercase letters, digits and '-', at most 63")))
+        Err(err(
+            field,
+            format!("{name:?} is not a valid name: lowercase letters, digits and '-', at most 63"),
+        ))
     }
 }
 
-const SPEC_FIELDS: &[&str] = &["version", "containers", "serviceAccount", "service", "configMaps"];
+const SPEC_FIELDS: &[&str] = &[
+    "version",
+    "containers",
+    "serviceAccount",
+    "service",
+    "configMaps",
+];
 const CONTAINER_FIELDS: &[&str] = &[
     "name",
     "init",
@@ -128,11 +168,23 @@ const K8S_RESOURCE_FIELDS: &[&str] = &[
 fn container(value: &Value, path: &str) -> Result<String, FieldError> {
     let c = object(value, path)?;
     only_known(c, path, CONTAINER_FIELDS)?;
-    let name = string(c, path, "name", true)?.expect("required").to_string();
+    let name = string(c, path, "name", true)?
+        .expect("required")
+        .to_string();
     dns_label(&name, &join(path, "name"))?;
     match (c.get("image"), c.get("imageDetails")) {
-        (None, None) => return Err(err(join(path, "imageDetails"), "required: a container needs an image")),
-        (Some(_), Some(_)) => return Err(err(join(path, "image"), "give either image or imageDetails, not both")),
+        (None, None) => {
+            return Err(err(
+                join(path, "imageDetails"),
+                "required: a container needs an image",
+            ));
+        }
+        (Some(_), Some(_)) => {
+            return Err(err(
+                join(path, "image"),
+                "give either image or imageDetails, not both",
+            ));
+        }
         (Some(_), None) => {
             string(c, path, "image", true)?;
         }
@@ -145,7 +197,12 @@ fn container(value: &Value, path: &str) -> Result<String, FieldError> {
             string(d, &p, "password", false)?;
         }
     }
-    one_of(c, path, "imagePullPolicy", &["Always", "IfNotPresent", "Never"])?;
+    one_of(
+        c,
+        path,
+        "imagePullPolicy",
+        &["Always", "IfNotPresent", "Never"],
+    )?;
     if let Some(init) = c.get("init") {
         if !init.is_boolean() {
             return Err(err(join(path, "init"), "must be true or false"));
@@ -153,7 +210,9 @@ fn container(value: &Value, path: &str) -> Result<String, FieldError> {
     }
     if let Some(ports) = c.get("ports") {
         let ports_path = join(path, "ports");
-        let ports = ports.as_array().ok_or_else(|| err(&ports_path, "must be a list"))?;
+        let ports = ports
+            .as_array()
+            .ok_or_else(|| err(&ports_path, "must be a list"))?;
         let mut names = BTreeSet::new();
         for (i, port) in ports.iter().enumerate() {
             let p = format!("{ports_path}[{i}]");
@@ -162,12 +221,20 @@ fn container(value: &Value, path: &str) -> Result<String, FieldError> {
             match port.get("containerPort") {
                 None => return Err(err(join(&p, "containerPort"), "required")),
                 Some(n) if n.as_u64().is_some_and(|n| (1..=65535).contains(&n)) => {}
-                Some(_) => return Err(err(join(&p, "containerPort"), "must be a port number, 1 to 65535")),
+                Some(_) => {
+                    return Err(err(
+                        join(&p, "containerPort"),
+                        "must be a port number, 1 to 65535",
+                    ));
+                }
             }
             one_of(port, &p, "protocol", &["TCP", "UDP", "SCTP"])?;
             if let Some(name) = string(port, &p, "name", false)? {
                 if !names.insert(name.to_string()) {
-                    return Err(err(join(&p, "name"), format!("duplicate port name {name:?}")));
+                    return Err(err(
+                        join(&p, "name"),
+                        format!("duplicate port name {name:?}"),
+                    ));
                 }
             }
         }
@@ -180,7 +247,9 @@ fn container(value: &Value, path: &str) -> Result<String, FieldError> {
     }
     if let Some(volumes) = c.get("volumeConfig") {
         let vp = join(path, "volumeConfig");
-        let volumes = volumes.as_array().ok_or_else(|| err(&vp, "must be a list"))?;
+        let volumes = volumes
+            .as_array()
+            .ok_or_else(|| err(&vp, "must be a list"))?;
         for (i, v) in volumes.iter().enumerate() {
             let p = format!("{vp}[{i}]");
             let v = object(v, &p)?;
@@ -199,14 +268,32 @@ fn validate_spec(text: &str) -> Result<Value, FieldError> {
     let top = object(&spec, "")?;
     only_known(top, "", SPEC_FIELDS)?;
     match top.get("version") {
-        None => return Err(err("version", "required: this host takes pod spec version 3")),
+        None => {
+            return Err(err(
+                "version",
+                "required: this host takes pod spec version 3",
+            ));
+        }
         Some(v) if v.as_u64() == Some(3) => {}
-        Some(v) => return Err(err("version", format!("{v} is not supported: this host takes version 3"))),
+        Some(v) => {
+            return Err(err(
+                "version",
+                format!("{v} is not supported: this host takes version 3"),
+            ));
+        }
     }
     let containers = match top.get("containers") {
-        None => return Err(err("containers", "required: a pod needs at least one container")),
+        None => {
+            return Err(err(
+                "containers",
+                "required: a pod needs at least one container",
+            ));
+        }
         Some(Value::Array(c)) if c.is_empty() => {
-            return Err(err("containers", "must not be empty: a pod needs at least one container"));
+            return Err(err(
+                "containers",
+                "must not be empty: a pod needs at least one container",
+            ));
         }
         Some(Value::Array(c)) => c,
         Some(_) => return Err(err("containers", "must be a list")),
@@ -216,7 +303,10 @@ fn validate_spec(text: &str) -> Result<Value, FieldError> {
         let path = format!("containers[{i}]");
         let name = container(c, &path)?;
         if !names.insert(name.clone()) {
-            return Err(err(format!("{path}.name"), format!("duplicate container name {name:?}")));
+            return Err(err(
+                format!("{path}.name"),
+                format!("duplicate container name {name:?}"),
+            ));
         }
     }
     for key in ["serviceAccount", "service", "configMaps"] {
@@ -253,8 +343,14 @@ fn validate_k8s_resources(text: &str) -> Result<Value, FieldError> {
 /// ```
 pub fn validate(spec: &str, k8s_resources: Option<&str>) -> Result<PodSpecWrite, PodSpecError> {
     let spec = validate_spec(spec).map_err(PodSpecError::Spec)?;
-    let k8s_resources = k8s_resources.map(validate_k8s_resources).transpose().map_err(PodSpecError::K8sResources)?;
-    Ok(PodSpecWrite { spec, k8s_resources })
+    let k8s_resources = k8s_resources
+        .map(validate_k8s_resources)
+        .transpose()
+        .map_err(PodSpecError::K8sResources)?;
+    Ok(PodSpecWrite {
+        spec,
+        k8s_resources,
+    })
 }
 
 #[cfg(test)]
@@ -291,21 +387,48 @@ containers:
         assert_eq!(field("version: 3\ncontainers: []"), "containers");
         assert_eq!(field("version: 3"), "containers");
         assert_eq!(field("containers: [{name: a, image: b}]"), "version");
-        assert_eq!(field("version: 2\ncontainers: [{name: a, image: b}]"), "version");
-        assert_eq!(field("version: 3\ncontainers: [{image: b}]"), "containers[0].name");
-        assert_eq!(field("version: 3\ncontainers: [{name: a, image: b}, {name: a, image: c}]"), "containers[1].name");
-        assert_eq!(field("version: 3\ncontainers: [{name: a, image: b, colour: red}]"), "containers[0].colour");
-        assert_eq!(field("version: 3\ncontainers: [{name: a, image: b}]\nextra: 1"), "extra");
-        assert_eq!(field("version: 3\ncontainers: [{name: a, image: b, ports: [{containerPort: 0}]}]"), "containers[0].ports[0].containerPort");
-        assert_eq!(field("version: 3\ncontainers: [{name: A_b, image: b}]"), "containers[0].name");
-        assert_eq!(field("version: 3\ncontainers: [{name: a, imageDetails: {}}]"), "containers[0].imageDetails.imagePath");
+        assert_eq!(
+            field("version: 2\ncontainers: [{name: a, image: b}]"),
+            "version"
+        );
+        assert_eq!(
+            field("version: 3\ncontainers: [{image: b}]"),
+            "containers[0].name"
+        );
+        assert_eq!(
+            field("version: 3\ncontainers: [{name: a, image: b}, {name: a, image: c}]"),
+            "containers[1].name"
+        );
+        assert_eq!(
+            field("version: 3\ncontainers: [{name: a, image: b, colour: red}]"),
+            "containers[0].colour"
+        );
+        assert_eq!(
+            field("version: 3\ncontainers: [{name: a, image: b}]\nextra: 1"),
+            "extra"
+        );
+        assert_eq!(
+            field("version: 3\ncontainers: [{name: a, image: b, ports: [{containerPort: 0}]}]"),
+            "containers[0].ports[0].containerPort"
+        );
+        assert_eq!(
+            field("version: 3\ncontainers: [{name: A_b, image: b}]"),
+            "containers[0].name"
+        );
+        assert_eq!(
+            field("version: 3\ncontainers: [{name: a, imageDetails: {}}]"),
+            "containers[0].imageDetails.imagePath"
+        );
         assert_eq!(field("[1, 2]"), "(document)");
         assert_eq!(field("{{{"), "(document)");
     }
 
     #[test]
     fn k8s_resources_are_checked_too() {
-        let r = validate("version: 3\ncontainers: [{name: a, image: b}]", Some("services: []"));
+        let r = validate(
+            "version: 3\ncontainers: [{name: a, image: b}]",
+            Some("services: []"),
+        );
         assert!(matches!(r, Err(PodSpecError::K8sResources(e)) if e.field == "services"));
     }
 }

@@ -12,7 +12,10 @@ use proptest::prelude::*;
 fn the_seeds_hook_succeeds_when_pinned_and_fails_as_reported_under_juju29() {
     let pinned = sim::replay_seed(Policy::Pinned);
     assert!(pinned.saw_leader, "{pinned:?}");
-    assert!(matches!(pinned.outcome, Ok(revision) if revision > 0), "{pinned:?}");
+    assert!(
+        matches!(pinned.outcome, Ok(revision) if revision > 0),
+        "{pinned:?}"
+    );
 
     let juju = sim::replay_seed(Policy::Juju29);
     assert_eq!(
@@ -36,22 +39,53 @@ fn the_same_seed_gives_the_same_report_byte_for_byte() {
 
 #[test]
 fn juju29_contradicts_itself_under_raft_flux_and_pinned_does_not() {
-    let juju = sim::run(&SimConfig::new(1, 3, 20_000, Profile::RaftFlux, Policy::Juju29));
+    let juju = sim::run(&SimConfig::new(
+        1,
+        3,
+        20_000,
+        Profile::RaftFlux,
+        Policy::Juju29,
+    ));
     assert!(juju.measured.inconsistent_hooks > 0, "{juju:?}");
-    let pinned = sim::run(&SimConfig::new(1, 3, 20_000, Profile::RaftFlux, Policy::Pinned));
+    let pinned = sim::run(&SimConfig::new(
+        1,
+        3,
+        20_000,
+        Profile::RaftFlux,
+        Policy::Pinned,
+    ));
     assert_eq!(pinned.measured.inconsistent_hooks, 0, "{pinned:?}");
-    assert!(sim::invariant_violations(&pinned).is_empty(), "{:?}", sim::invariant_violations(&pinned));
+    assert!(
+        sim::invariant_violations(&pinned).is_empty(),
+        "{:?}",
+        sim::invariant_violations(&pinned)
+    );
 }
 
 #[test]
 fn a_crashed_leader_is_replaced_within_the_lease_plus_one_retry_period() {
-    let report = sim::run(&SimConfig::new(3, 3, 10_000, Profile::LeaderCrash, Policy::Pinned));
+    let report = sim::run(&SimConfig::new(
+        3,
+        3,
+        10_000,
+        Profile::LeaderCrash,
+        Policy::Pinned,
+    ));
     assert!(report.measured.crashes > 0, "{report:?}");
     // The last crash may come too close to the end of the run for its failover to finish.
-    assert!(report.measured.failover_seconds.len() as u64 + 1 >= report.measured.crashes, "{report:?}");
-    let limit = report.lease_seconds + charm_host::leadership::LeadershipConfig::default().retry_period.as_secs_f64();
+    assert!(
+        report.measured.failover_seconds.len() as u64 + 1 >= report.measured.crashes,
+        "{report:?}"
+    );
+    let limit = report.lease_seconds
+        + charm_host::leadership::LeadershipConfig::default()
+            .retry_period
+            .as_secs_f64();
     let worst = report.failover_max_seconds.unwrap();
-    assert!(worst <= limit, "failover took {worst} s, more than {limit} s");
+    assert!(
+        worst <= limit,
+        "failover took {worst} s, more than {limit} s"
+    );
 }
 
 #[test]

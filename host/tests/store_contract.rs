@@ -1018,12 +1018,12 @@ async fn model_records_apps_units_and_relations(store: &dyn Store) {
         "a refused relation was added"
     );
     let next = store
-        .add_relation("pgsql", vec![side("db", "db"), side("web", "db")])
+        .add_relation("other-peers", vec![side("other", "cluster")])
         .await
         .unwrap();
     assert_eq!(
         (next.id, next.interface.as_str()),
-        (m.other_db.id + 1, "pgsql")
+        (m.other_db.id + 1, "other-peers")
     );
 }
 
@@ -1146,10 +1146,80 @@ mod sqlite_only {
             "terms continue"
         );
         let next = store
-            .add_relation("pgsql", vec![side("db", "db"), side("web", "db")])
+            .add_relation("other-peers", vec![side("other", "cluster")])
             .await
             .unwrap();
         assert_eq!(next.id, m.other_db.id + 1, "relation ids continue");
+    }
+
+    const CRASH_DB: &str = "STORE_CONTRACT_CRASH_DB";
+
+    /// I6: a commit the store acknowledged survives the process dying at once after it (no
+    /// close, no checkpoint: the commit is only in the WAL).
+    #[tokio::test]
+    async fn acknowledged_commit_survives_process_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sqlite_only::commit_then_abort",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CRASH_DB, &path)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&child.stdout);
+        assert!(!child.status.success(), "the child did not crash: {stdout}");
+        assert!(
+            stdout.contains("acknowledged"),
+            "the child crashed before its commit: {stdout}"
+        );
+        let wal = std::fs::metadata(dir.path().join("model.db-wal"))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert!(
+            wal > 0,
+            "the commit was checkpointed, so the WAL is not what is being tested"
+        );
+
+        let store = SqliteStore::open(&path, "test-model").unwrap();
+        let snap = store.snapshot("web/0").await.unwrap();
+        assert_eq!(snap.leader_data["secret"], "s3cret");
+        assert_eq!(snap.stored["installed"], "yes");
+        assert_eq!(
+            store.pod_spec("web").await.unwrap().map(|p| p.revision),
+            Some(1)
+        );
+        assert_eq!(
+            store
+                .leader("web")
+                .await
+                .unwrap()
+                .map(|l| (l.holder, l.term)),
+            Some(("web/0".into(), 1))
+        );
+    }
+
+    /// The child of `acknowledged_commit_survives_process_crash`.
+    #[tokio::test]
+    #[ignore = "run as a child process by acknowledged_commit_survives_process_crash"]
+    async fn commit_then_abort() {
+        let path =
+            std::env::var_os(CRASH_DB).expect("run by acknowledged_commit_survives_process_crash");
+        let store = SqliteStore::open(Path::new(&path), "test-model").unwrap();
+        let m = deploy(&store).await;
+        let fence = hold(&store, "web", "web/0", LONG).await;
+        store
+            .commit("web/0", &leader_hook(&m), Some(&fence))
+            .await
+            .unwrap();
+        use std::io::Write;
+        println!("acknowledged");
+        std::io::stdout().flush().unwrap();
+        std::process::abort();
     }
 
     #[tokio::test]

@@ -133,12 +133,18 @@ impl Config {
             None => Ok(None),
             Some(v) => T::from_config_value(ConfigValue::from_wit(v))
                 .map(Some)
-                .ok_or_else(|| Error::ConfigType { name: name.to_string(), expected: T::TYPE_NAME }),
+                .ok_or_else(|| Error::ConfigType {
+                    name: name.to_string(),
+                    expected: T::TYPE_NAME,
+                }),
         }
     }
 
     /// Every option that has a value, sorted by name.
     pub fn all(&self) -> Vec<(String, ConfigValue)> {
-        host::config_get_all().into_iter().map(|(k, v)| (k, ConfigValue::from_wit(v))).collect()
+        host::config_get_all()
+            .into_iter()
+            .map(|(k, v)| (k, ConfigValue::from_wit(v)))
+            .collect()
     }
 }

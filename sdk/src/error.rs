@@ -75,10 +75,14 @@ impl From<WitError> for Error {
     fn from(e: WitError) -> Self {
         match e {
             WitError::NotLeader => Error::NotLeader,
-            WitError::InvalidPodSpec(f) => Error::InvalidPodSpec { field: f.field, reason: f.reason },
-            WitError::InvalidK8sResources(f) => {
-                Error::InvalidK8sResources { field: f.field, reason: f.reason }
-            }
+            WitError::InvalidPodSpec(f) => Error::InvalidPodSpec {
+                field: f.field,
+                reason: f.reason,
+            },
+            WitError::InvalidK8sResources(f) => Error::InvalidK8sResources {
+                field: f.field,
+                reason: f.reason,
+            },
             WitError::RelationNotFound(id) => Error::RelationNotFound(id),
             WitError::PermissionDenied(why) => Error::PermissionDenied(why),
             WitError::UnknownConfigOption(name) => Error::UnknownConfigOption(name),

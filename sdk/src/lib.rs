@@ -115,7 +115,7 @@ macro_rules! export_charm {
                 }
             }
 
-            $crate::wit::export!(__CharmExport with_types_in $crate::wit);
+    $crate::wit::export!(__CharmExport with_types_in $crate::wit);
         };
     };
 }

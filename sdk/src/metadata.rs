@@ -90,7 +90,10 @@ pub struct Metadata {
 impl Metadata {
     /// Metadata for a charm with this name and nothing declared yet.
     pub fn new(name: impl Into<String>) -> Self {
-        Metadata { name: name.into(), ..Default::default() }
+        Metadata {
+            name: name.into(),
+            ..Default::default()
+        }
     }
 
     /// Sets the one-line summary.
@@ -99,7 +102,12 @@ impl Metadata {
         self
     }
 
-    fn endpoint(mut self, name: impl Into<String>, role: RelationRole, interface: impl Into<String>) -> Self {
+    fn endpoint(
+        mut self,
+        name: impl Into<String>,
+        role: RelationRole,
+        interface: impl Into<String>,
+    ) -> Self {
         self.relations.push(RelationMeta {
             name: name.into(),
             role,
@@ -130,7 +138,13 @@ impl Metadata {
         self
     }
 
-    fn typed_option(self, name: &str, kind: OptionType, default: Option<ConfigValue>, description: &str) -> Self {
+    fn typed_option(
+        self,
+        name: &str,
+        kind: OptionType,
+        default: Option<ConfigValue>,
+        description: &str,
+    ) -> Self {
         self.option(ConfigOption {
             name: name.to_string(),
             kind,
@@ -147,22 +161,40 @@ impl Metadata {
 
     /// Declares an `int` option.
     pub fn int_option(self, name: &str, default: Option<i64>, description: &str) -> Self {
-        self.typed_option(name, OptionType::Int, default.map(ConfigValue::Int), description)
+        self.typed_option(
+            name,
+            OptionType::Int,
+            default.map(ConfigValue::Int),
+            description,
+        )
     }
 
     /// Declares a `float` option.
     pub fn float_option(self, name: &str, default: Option<f64>, description: &str) -> Self {
-        self.typed_option(name, OptionType::Float, default.map(ConfigValue::Float), description)
+        self.typed_option(
+            name,
+            OptionType::Float,
+            default.map(ConfigValue::Float),
+            description,
+        )
     }
 
     /// Declares a `boolean` option.
     pub fn bool_option(self, name: &str, default: Option<bool>, description: &str) -> Self {
-        self.typed_option(name, OptionType::Boolean, default.map(ConfigValue::Boolean), description)
+        self.typed_option(
+            name,
+            OptionType::Boolean,
+            default.map(ConfigValue::Boolean),
+            description,
+        )
     }
 
     /// Declares an action.
     pub fn action(mut self, name: &str, description: &str) -> Self {
-        self.actions.push(ActionMeta { name: name.to_string(), description: description.to_string() });
+        self.actions.push(ActionMeta {
+            name: name.to_string(),
+            description: description.to_string(),
+        });
         self
     }
 
@@ -202,7 +234,10 @@ impl Metadata {
             actions: self
                 .actions
                 .into_iter()
-                .map(|a| wit::ActionMeta { name: a.name, description: a.description })
+                .map(|a| wit::ActionMeta {
+                    name: a.name,
+                    description: a.description,
+                })
                 .collect(),
         }
     }

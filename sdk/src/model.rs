@@ -74,7 +74,10 @@ impl Model {
     /// # Ok(()) }
     /// ```
     pub fn relations(&self, name: &str) -> Result<Vec<Relation>> {
-        relations::relation_ids(name).into_iter().map(|id| self.relation_by_id(id)).collect()
+        relations::relation_ids(name)
+            .into_iter()
+            .map(|id| self.relation_by_id(id))
+            .collect()
     }
 
     /// The single relation on endpoint `name`, if there is one.
@@ -85,7 +88,11 @@ impl Model {
     /// The relation with this id.
     pub fn relation_by_id(&self, id: u32) -> Result<Relation> {
         let r = relations::relation_get(id)?;
-        Ok(Relation::new(r, self.unit.name.clone(), self.app.name.clone()))
+        Ok(Relation::new(
+            r,
+            self.unit.name.clone(),
+            self.app.name.clone(),
+        ))
     }
 
     /// The leader settings, shared by all units of the application and written by the leader.
@@ -215,7 +222,9 @@ pub struct StoredState {
 impl StoredState {
     /// A stored value, deserialised from JSON.
     pub fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
-        state::get(key).map(|raw| serde_json::from_str(&raw).map_err(Error::from)).transpose()
+        state::get(key)
+            .map(|raw| serde_json::from_str(&raw).map_err(Error::from))
+            .transpose()
     }
 
     /// Stores a value as JSON.

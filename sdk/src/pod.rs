@@ -132,7 +132,11 @@ impl Container {
     pub fn new(name: impl Into<String>, image: impl Into<String>) -> Self {
         Container {
             name: name.into(),
-            image_details: ImageDetails { image_path: image.into(), username: None, password: None },
+            image_details: ImageDetails {
+                image_path: image.into(),
+                username: None,
+                password: None,
+            },
             image_pull_policy: None,
             ports: Vec::new(),
             command: Vec::new(),
@@ -145,13 +149,18 @@ impl Container {
 
     /// Adds a TCP port.
     pub fn port(mut self, name: impl Into<String>, port: u16) -> Self {
-        self.ports.push(ContainerPort { name: name.into(), container_port: port, protocol: "TCP".into() });
+        self.ports.push(ContainerPort {
+            name: name.into(),
+            container_port: port,
+            protocol: "TCP".into(),
+        });
         self
     }
 
     /// Sets an environment variable.
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.env_config.insert(key.into(), serde_json::Value::String(value.into()));
+        self.env_config
+            .insert(key.into(), serde_json::Value::String(value.into()));
         self
     }
 

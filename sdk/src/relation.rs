@@ -55,13 +55,21 @@ impl Relation {
     /// A unit's bag: this unit's own (writable) or a remote unit's (read only).
     pub fn unit_data(&self, unit: &str) -> Result<DataBag> {
         let entries = host::unit_data(self.id, unit)?.into_iter().collect();
-        Ok(DataBag { relation: self.id, owner: Owner::Unit(unit.to_string()), entries })
+        Ok(DataBag {
+            relation: self.id,
+            owner: Owner::Unit(unit.to_string()),
+            entries,
+        })
     }
 
     /// An application's bag: this application's (leader only) or the remote one's (read only).
     pub fn app_data(&self, app: &str) -> Result<DataBag> {
         let entries = host::app_data(self.id, app)?.into_iter().collect();
-        Ok(DataBag { relation: self.id, owner: Owner::App(app.to_string()), entries })
+        Ok(DataBag {
+            relation: self.id,
+            owner: Owner::App(app.to_string()),
+            entries,
+        })
     }
 
     /// This unit's own bag.

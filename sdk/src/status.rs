@@ -76,7 +76,10 @@ impl Status {
             Status::Blocked(_) => wit::StatusKind::Blocked,
             Status::Error(_) => wit::StatusKind::Error,
         };
-        wit::Status { kind, message: self.message().to_string() }
+        wit::Status {
+            kind,
+            message: self.message().to_string(),
+        }
     }
 
     pub(crate) fn from_wit(status: wit::Status) -> Self {

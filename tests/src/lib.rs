@@ -19,7 +19,10 @@ pub mod guests {
 
 /// A runtime with test-friendly limits.
 pub fn runtime() -> CharmRuntime {
-    runtime_with(RuntimeConfig { hook_timeout: Duration::from_secs(20), ..Default::default() })
+    runtime_with(RuntimeConfig {
+        hook_timeout: Duration::from_secs(20),
+        ..Default::default()
+    })
 }
 
 /// A runtime with these limits.
@@ -29,7 +32,9 @@ pub fn runtime_with(config: RuntimeConfig) -> CharmRuntime {
 
 /// Loads a guest.
 pub fn load(runtime: &CharmRuntime, path: &str) -> Charm {
-    runtime.load_file(Path::new(path)).unwrap_or_else(|e| panic!("loading {path}: {e}"))
+    runtime
+        .load_file(Path::new(path))
+        .unwrap_or_else(|e| panic!("loading {path}: {e}"))
 }
 
 /// Fast leases and retries, so tests spend no time waiting.
@@ -55,18 +60,27 @@ pub fn fast_config() -> ControllerConfig {
 /// A controller over a fresh memory store.
 pub fn controller(config: ControllerConfig) -> (Controller, Arc<dyn Store>) {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new("test"));
-    let controller = Controller::new(store.clone(), Duration::from_millis(100), config).expect("valid config");
+    let controller =
+        Controller::new(store.clone(), Duration::from_millis(100), config).expect("valid config");
     (controller, store)
 }
 
 /// String config settings.
 pub fn options(pairs: &[(&str, &str)]) -> BTreeMap<String, ConfigValue> {
-    pairs.iter().map(|(k, v)| (k.to_string(), ConfigValue::String(v.to_string()))).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), ConfigValue::String(v.to_string())))
+        .collect()
 }
 
 /// Waits for idle, failing the test after `limit`.
 pub async fn settle(controller: &Controller, limit: Duration) {
     tokio::time::timeout(limit, controller.wait_idle())
         .await
-        .unwrap_or_else(|_| panic!("not idle after {limit:?}: {} hooks pending", controller.pending()));
+        .unwrap_or_else(|_| {
+            panic!(
+                "not idle after {limit:?}: {} hooks pending",
+                controller.pending()
+            )
+        });
 }

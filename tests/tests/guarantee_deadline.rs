@@ -27,7 +27,16 @@ async fn deploy_spinner(plan: FaultPlan) -> (Controller, Arc<dyn Store>) {
     let store: Arc<dyn Store> = Arc::new(FaultyStore::new(memory, plan, None));
     let controller = Controller::new(store.clone(), Duration::from_millis(100), config).unwrap();
     let spin_ms = 4_000; // longer than the 2.8 s guarantee of fast_config
-    controller.deploy("spinner", load(&runtime(), guests::PROBE), "probe", spin(spin_ms), 1).await.unwrap();
+    controller
+        .deploy(
+            "spinner",
+            load(&runtime(), guests::PROBE),
+            "probe",
+            spin(spin_ms),
+            1,
+        )
+        .await
+        .unwrap();
     (controller, store)
 }
 
@@ -35,12 +44,19 @@ async fn deploy_spinner(plan: FaultPlan) -> (Controller, Arc<dyn Store>) {
 async fn renewals_carry_a_leader_hook_past_its_first_guarantee() {
     let (controller, store) = deploy_spinner(FaultPlan::none(1)).await;
     settle(&controller, Duration::from_secs(60)).await;
-    let runs: Vec<_> = controller.history().into_iter().filter(|r| r.hook == "start").collect();
+    let runs: Vec<_> = controller
+        .history()
+        .into_iter()
+        .filter(|r| r.hook == "start")
+        .collect();
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0].result, HookResultKind::Committed);
     assert!(runs[0].leader);
     let snapshot = store.snapshot("spinner/0").await.unwrap();
-    assert_eq!(snapshot.leader_data.get("spun").map(String::as_str), Some("yes"));
+    assert_eq!(
+        snapshot.leader_data.get("spun").map(String::as_str),
+        Some("yes")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,19 +66,43 @@ async fn a_leader_hook_is_interrupted_before_its_guarantee_ends_when_renewals_fa
     let mut plan = FaultPlan::none(2);
     plan.commit_faults = false;
     plan.hang = Duration::from_secs(5);
-    plan.outages.push(Outage { start: Duration::from_millis(1500), end: Duration::from_secs(6) });
+    plan.outages.push(Outage {
+        start: Duration::from_millis(1500),
+        end: Duration::from_secs(6),
+    });
     let (controller, store) = deploy_spinner(plan).await;
     settle(&controller, Duration::from_secs(60)).await;
 
-    let runs: Vec<_> = controller.history().into_iter().filter(|r| r.hook == "start").collect();
-    let interrupted: Vec<_> = runs.iter().filter(|r| r.result == HookResultKind::Interrupted).collect();
-    assert!(!interrupted.is_empty(), "the leader hook must have been interrupted: {runs:?}");
+    let runs: Vec<_> = controller
+        .history()
+        .into_iter()
+        .filter(|r| r.hook == "start")
+        .collect();
+    let interrupted: Vec<_> = runs
+        .iter()
+        .filter(|r| r.result == HookResultKind::Interrupted)
+        .collect();
+    assert!(
+        !interrupted.is_empty(),
+        "the leader hook must have been interrupted: {runs:?}"
+    );
     assert!(interrupted.iter().all(|r| r.leader), "{interrupted:?}");
-    assert_eq!(runs.last().unwrap().result, HookResultKind::Committed, "it ran again and committed: {runs:?}");
+    assert_eq!(
+        runs.last().unwrap().result,
+        HookResultKind::Committed,
+        "it ran again and committed: {runs:?}"
+    );
     for r in &runs {
-        assert!(!r.refused_not_leader, "no leader-only write was refused: {r:?}");
+        assert!(
+            !r.refused_not_leader,
+            "no leader-only write was refused: {r:?}"
+        );
     }
     // The interrupted attempts committed nothing: the stored counter counts one spin.
     let snapshot = store.snapshot("spinner/0").await.unwrap();
-    assert_eq!(snapshot.stored.get("spins").map(String::as_str), Some("1"), "{snapshot:?}");
+    assert_eq!(
+        snapshot.stored.get("spins").map(String::as_str),
+        Some("1"),
+        "{snapshot:?}"
+    );
 }

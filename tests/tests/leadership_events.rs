@@ -11,11 +11,23 @@ use charm_tests::{controller, fast_config, guests, load, runtime, settle};
 async fn leader_elected_and_leader_settings_changed_reach_the_right_units() {
     let runtime = runtime();
     let (controller, store) = controller(fast_config());
-    controller.deploy("postgresql", load(&runtime, guests::POSTGRESQL), "pg", BTreeMap::new(), 3).await.unwrap();
+    controller
+        .deploy(
+            "postgresql",
+            load(&runtime, guests::POSTGRESQL),
+            "pg",
+            BTreeMap::new(),
+            3,
+        )
+        .await
+        .unwrap();
     settle(&controller, Duration::from_secs(60)).await;
 
     let history = controller.history();
-    let elected: Vec<_> = history.iter().filter(|r| r.hook == "leader-elected").collect();
+    let elected: Vec<_> = history
+        .iter()
+        .filter(|r| r.hook == "leader-elected")
+        .collect();
     assert_eq!(elected.len(), 1, "{elected:?}");
     assert!(elected[0].leader, "leader-elected runs as leader");
     let leader = elected[0].unit.clone();
@@ -25,8 +37,14 @@ async fn leader_elected_and_leader_settings_changed_reach_the_right_units() {
     let snapshot = store.snapshot(&leader).await.unwrap();
     assert!(snapshot.leader_data.contains_key("password"));
     for unit in ["postgresql/0", "postgresql/1", "postgresql/2"] {
-        let heard = history.iter().any(|r| r.unit == unit && r.hook == "leader-settings-changed");
-        assert_eq!(heard, unit != leader, "{unit}: leader-settings-changed on followers only");
+        let heard = history
+            .iter()
+            .any(|r| r.unit == unit && r.hook == "leader-settings-changed");
+        assert_eq!(
+            heard,
+            unit != leader,
+            "{unit}: leader-settings-changed on followers only"
+        );
     }
 }
 
@@ -36,7 +54,16 @@ async fn a_crashed_leader_is_replaced_and_the_new_leader_runs_leader_elected() {
     let config = fast_config();
     let lease = config.leadership.lease_duration;
     let (controller, store) = controller(config);
-    controller.deploy("postgresql", load(&runtime, guests::POSTGRESQL), "pg", BTreeMap::new(), 2).await.unwrap();
+    controller
+        .deploy(
+            "postgresql",
+            load(&runtime, guests::POSTGRESQL),
+            "pg",
+            BTreeMap::new(),
+            2,
+        )
+        .await
+        .unwrap();
     settle(&controller, Duration::from_secs(60)).await;
     let first = store.status().await.unwrap().applications[0].clone();
     let old = first.leader.clone().expect("a leader");
@@ -46,16 +73,25 @@ async fn a_crashed_leader_is_replaced_and_the_new_leader_runs_leader_elected() {
     let new = loop {
         let app = store.status().await.unwrap().applications[0].clone();
         if let Some(l) = app.leader.clone().filter(|l| *l != old) {
-            assert!(app.term > first.term, "a new leader has a new term: {app:?}");
+            assert!(
+                app.term > first.term,
+                "a new leader has a new term: {app:?}"
+            );
             break l;
         }
-        assert!(tokio::time::Instant::now() < deadline, "no new leader within {:?}", lease * 4);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no new leader within {:?}",
+            lease * 4
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     settle(&controller, Duration::from_secs(60)).await;
     let history = controller.history();
     assert!(
-        history.iter().any(|r| r.unit == new && r.hook == "leader-elected" && r.leader),
+        history
+            .iter()
+            .any(|r| r.unit == new && r.hook == "leader-elected" && r.leader),
         "the new leader {new} ran leader-elected as leader: {history:?}"
     );
 }

@@ -26,7 +26,10 @@ fn every_guest_charm_loads_with_its_metadata() {
 #[test]
 fn discourse_declares_what_the_seed_needs() {
     let charm = runtime().load_file(Path::new(guests::DISCOURSE)).unwrap();
-    let db = charm.metadata().endpoint("db").expect("discourse has a db endpoint");
+    let db = charm
+        .metadata()
+        .endpoint("db")
+        .expect("discourse has a db endpoint");
     assert_eq!(db.interface, "pgsql");
     assert_eq!(format!("{:?}", db.role), "Requires");
 }
@@ -41,13 +44,19 @@ fn a_core_module_is_refused_as_not_a_component() {
 
 #[test]
 fn a_file_that_is_not_wasm_is_refused() {
-    let err = runtime().load(Path::new("charm.txt"), b"#!/bin/sh\necho hi\n").err().unwrap();
+    let err = runtime()
+        .load(Path::new("charm.txt"), b"#!/bin/sh\necho hi\n")
+        .err()
+        .unwrap();
     assert!(matches!(err, LoadError::NotWasm { .. }), "{err}");
 }
 
 #[test]
 fn a_component_of_another_world_is_refused_naming_what_is_missing() {
-    let err = runtime().load_file(Path::new(guests::OTHER_WORLD)).err().unwrap();
+    let err = runtime()
+        .load_file(Path::new(guests::OTHER_WORLD))
+        .err()
+        .unwrap();
     let text = err.to_string();
     assert!(matches!(err, LoadError::WrongWorld { .. }), "{text}");
     assert!(text.contains("missing export `metadata`"), "{text}");
@@ -56,6 +65,9 @@ fn a_component_of_another_world_is_refused_naming_what_is_missing() {
 
 #[test]
 fn a_missing_file_is_refused_naming_it() {
-    let err = runtime().load_file(Path::new("/nonexistent/charm.wasm")).err().unwrap();
+    let err = runtime()
+        .load_file(Path::new("/nonexistent/charm.wasm"))
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("/nonexistent/charm.wasm"), "{err}");
 }

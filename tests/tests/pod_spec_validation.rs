@@ -9,7 +9,16 @@ async fn invalid_pod_specs_come_back_as_typed_errors_naming_the_field() {
     let runtime = runtime();
     let (controller, store) = controller(fast_config());
     let probe = load(&runtime, guests::PROBE);
-    controller.deploy("probe", probe, "probe", options(&[("mode", "pod-spec-errors")]), 1).await.unwrap();
+    controller
+        .deploy(
+            "probe",
+            probe,
+            "probe",
+            options(&[("mode", "pod-spec-errors")]),
+            1,
+        )
+        .await
+        .unwrap();
     settle(&controller, Duration::from_secs(30)).await;
 
     let stored = store.snapshot("probe/0").await.unwrap().stored;
@@ -23,8 +32,18 @@ async fn invalid_pod_specs_come_back_as_typed_errors_naming_the_field() {
     ];
     for (key, field) in expected {
         let got = get(key);
-        assert!(got.starts_with("Err(InvalidPodSpec { field: \""), "{key}: {got}");
-        assert!(got.contains(&format!("field: \"{field}")), "{key}: expected field {field} in {got}");
+        assert!(
+            got.starts_with("Err(InvalidPodSpec { field: \""),
+            "{key}: {got}"
+        );
+        assert!(
+            got.contains(&format!("field: \"{field}")),
+            "{key}: expected field {field} in {got}"
+        );
     }
-    assert_eq!(store.pod_spec("probe").await.unwrap(), None, "no invalid spec was stored");
+    assert_eq!(
+        store.pod_spec("probe").await.unwrap(),
+        None,
+        "no invalid spec was stored"
+    );
 }

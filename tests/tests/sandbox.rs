@@ -14,20 +14,70 @@ async fn an_infinite_loop_and_a_memory_bomb_fail_only_their_own_hooks() {
         ..Default::default()
     });
     let (controller, store) = controller(fast_config());
-    controller.deploy("looper", load(&runtime, guests::PROBE), "probe", options(&[("mode", "loop")]), 1).await.unwrap();
-    controller.deploy("bomber", load(&runtime, guests::PROBE), "probe", options(&[("mode", "memory-bomb")]), 1).await.unwrap();
-    controller.deploy("calm", load(&runtime, guests::PROBE), "probe", options(&[("mode", "ok")]), 1).await.unwrap();
+    controller
+        .deploy(
+            "looper",
+            load(&runtime, guests::PROBE),
+            "probe",
+            options(&[("mode", "loop")]),
+            1,
+        )
+        .await
+        .unwrap();
+    controller
+        .deploy(
+            "bomber",
+            load(&runtime, guests::PROBE),
+            "probe",
+            options(&[("mode", "memory-bomb")]),
+            1,
+        )
+        .await
+        .unwrap();
+    controller
+        .deploy(
+            "calm",
+            load(&runtime, guests::PROBE),
+            "probe",
+            options(&[("mode", "ok")]),
+            1,
+        )
+        .await
+        .unwrap();
     settle(&controller, Duration::from_secs(60)).await;
 
     let status = store.status().await.unwrap();
-    let unit = |name: &str| status.units.iter().find(|u| u.name == name).unwrap().clone();
+    let unit = |name: &str| {
+        status
+            .units
+            .iter()
+            .find(|u| u.name == name)
+            .unwrap()
+            .clone()
+    };
     let looper = unit("looper/0");
     assert_eq!(looper.status.kind, StatusKind::Error);
-    assert!(looper.status.message.contains("interrupted: ran longer than"), "{}", looper.status.message);
+    assert!(
+        looper
+            .status
+            .message
+            .contains("interrupted: ran longer than"),
+        "{}",
+        looper.status.message
+    );
     let bomber = unit("bomber/0");
     assert_eq!(bomber.status.kind, StatusKind::Error);
-    assert!(bomber.status.message.contains("trapped"), "{}", bomber.status.message);
+    assert!(
+        bomber.status.message.contains("trapped"),
+        "{}",
+        bomber.status.message
+    );
     let calm = unit("calm/0");
     assert_ne!(calm.status.kind, StatusKind::Error, "{calm:?}");
-    assert!(controller.history().iter().any(|r| r.unit == "calm/0" && r.hook == "start" && r.outcome == "ok"));
+    assert!(
+        controller
+            .history()
+            .iter()
+            .any(|r| r.unit == "calm/0" && r.hook == "start" && r.outcome == "ok")
+    );
 }

@@ -42,8 +42,16 @@ async fn discourse_leader_sets_the_pod_spec_with_postgresqls_connection_string()
 
     let status = store.status().await.unwrap();
     for app in ["discourse", "postgresql"] {
-        let leaders: Vec<_> = status.units.iter().filter(|u| u.name.starts_with(app) && u.leader).collect();
-        assert_eq!(leaders.len(), 1, "{app} must have exactly one leader: {status:?}");
+        let leaders: Vec<_> = status
+            .units
+            .iter()
+            .filter(|u| u.name.starts_with(app) && u.leader)
+            .collect();
+        assert_eq!(
+            leaders.len(),
+            1,
+            "{app} must have exactly one leader: {status:?}"
+        );
     }
     for unit in &status.units {
         assert_eq!(unit.status.kind, StatusKind::Active, "{unit:?}");
@@ -55,17 +63,34 @@ async fn discourse_leader_sets_the_pod_spec_with_postgresqls_connection_string()
         rel.app_bags["postgresql"]["master"].clone()
     };
     assert!(master.starts_with("host=postgresql-0"), "{master}");
-    let spec = store.pod_spec("discourse").await.unwrap().expect("discourse has a pod spec");
-    assert_eq!(spec.spec["containers"][0]["envConfig"]["DISCOURSE_DB"], master.as_str());
+    let spec = store
+        .pod_spec("discourse")
+        .await
+        .unwrap()
+        .expect("discourse has a pod spec");
+    assert_eq!(
+        spec.spec["containers"][0]["envConfig"]["DISCOURSE_DB"],
+        master.as_str()
+    );
     assert_eq!(spec.revision, 1, "an unchanged spec makes no new revision");
 
     let history = controller.history();
-    let discourse_leader = status.units.iter().find(|u| u.name.starts_with("discourse") && u.leader).unwrap();
+    let discourse_leader = status
+        .units
+        .iter()
+        .find(|u| u.name.starts_with("discourse") && u.leader)
+        .unwrap();
     for run in history.iter().filter(|r| r.pod_spec_revision.is_some()) {
-        assert!(run.leader, "a pod spec was committed by a non-leader hook: {run:?}");
+        assert!(
+            run.leader,
+            "a pod spec was committed by a non-leader hook: {run:?}"
+        );
     }
     for run in &history {
-        assert!(!run.refused_not_leader, "a hook was refused for leadership: {run:?}");
+        assert!(
+            !run.refused_not_leader,
+            "a hook was refused for leadership: {run:?}"
+        );
         assert_eq!(run.outcome, "ok", "{run:?}");
     }
     // Juju's order on the leader: install, leader-elected, config-changed, start.
@@ -75,11 +100,16 @@ async fn discourse_leader_sets_the_pod_spec_with_postgresqls_connection_string()
         .map(|r| r.hook.as_str())
         .take(4)
         .collect();
-    assert_eq!(first, ["install", "leader-elected", "config-changed", "start"]);
+    assert_eq!(
+        first,
+        ["install", "leader-elected", "config-changed", "start"]
+    );
     // Every discourse unit heard of the database.
     for unit in ["discourse/0", "discourse/1", "discourse/2"] {
         assert!(
-            history.iter().any(|r| r.unit == unit && r.hook == "db-relation-changed"),
+            history
+                .iter()
+                .any(|r| r.unit == unit && r.hook == "db-relation-changed"),
             "{unit} ran no db-relation-changed"
         );
     }
@@ -92,14 +122,43 @@ async fn a_bad_bundle_is_refused_with_its_line_before_anything_runs() {
     let runtime = runtime();
     let good = std::fs::read_to_string(&path).unwrap();
     let cases = [
-        (good.replace("num_units: 1", "num_units: 1\n    colour: red"), ":9:", "unknown field `colour`"),
-        (good.replace("postgresql.wasm", "missing.wasm"), ":7:", "does not exist"),
-        (good.replace("postgresql:db\"", "postgresql:nope\""), ":10:", "no endpoint \"nope\""),
-        (good.replace("postgresql:db\"", "discourse:db\""), ":10:", "no matching endpoints"),
-        (good.replace("num_units: 3", "num_units: 3\n    options:\n      external_hostname: 5"), ":7:", "must be a string"),
+        (
+            good.replace("num_units: 1", "num_units: 1\n    colour: red"),
+            ":9:",
+            "unknown field `colour`",
+        ),
+        (
+            good.replace("postgresql.wasm", "missing.wasm"),
+            ":7:",
+            "does not exist",
+        ),
+        (
+            good.replace("postgresql:db\"", "postgresql:nope\""),
+            ":10:",
+            "no endpoint \"nope\"",
+        ),
+        (
+            good.replace("postgresql:db\"", "discourse:db\""),
+            ":10:",
+            "no matching endpoints",
+        ),
+        (
+            good.replace(
+                "num_units: 3",
+                "num_units: 3\n    options:\n      external_hostname: 5",
+            ),
+            ":7:",
+            "must be a string",
+        ),
     ];
     for (text, line, reason) in cases {
-        let err = Bundle::parse(&path, &text, &runtime).err().expect("the bundle must be refused").to_string();
-        assert!(err.contains(line) && err.contains(reason), "expected {line} and {reason:?} in: {err}");
+        let err = Bundle::parse(&path, &text, &runtime)
+            .err()
+            .expect("the bundle must be refused")
+            .to_string();
+        assert!(
+            err.contains(line) && err.contains(reason),
+            "expected {line} and {reason:?} in: {err}"
+        );
     }
 }

@@ -17,17 +17,29 @@ impl Charm for Discourse {
         Metadata::new("discourse")
             .summary("Discourse discussion forum")
             .requires("db", "pgsql")
-            .string_option("image", Some("discourse/discourse:2.6"), "The Discourse image")
-            .string_option("external_hostname", Some("discourse.local"), "The forum's public host name")
+            .string_option(
+                "image",
+                Some("discourse/discourse:2.6"),
+                "The Discourse image",
+            )
+            .string_option(
+                "external_hostname",
+                Some("discourse.local"),
+                "The forum's public host name",
+            )
             .string_option("developer_emails", None, "Comma-separated admin e-mails")
     }
 
     fn handle(model: &Model, event: Event) -> HookResult {
         match event {
             Event::RelationChanged(rel) if rel.name == "db" => configure_pod(model),
-            Event::ConfigChanged | Event::LeaderElected | Event::UpgradeCharm => configure_pod(model),
+            Event::ConfigChanged | Event::LeaderElected | Event::UpgradeCharm => {
+                configure_pod(model)
+            }
             Event::RelationBroken(rel) if rel.name == "db" => {
-                model.unit().set_status(Status::blocked("needs a db relation"))?;
+                model
+                    .unit()
+                    .set_status(Status::blocked("needs a db relation"))?;
                 Ok(())
             }
             _ => Ok(()),
@@ -45,7 +57,9 @@ fn master(model: &Model) -> HookResult<Option<String>> {
 
 fn configure_pod(model: &Model) -> HookResult {
     let Some(master) = master(model)? else {
-        model.unit().set_status(Status::waiting("waiting for database"))?;
+        model
+            .unit()
+            .set_status(Status::waiting("waiting for database"))?;
         return Ok(());
     };
     if model.is_leader() {

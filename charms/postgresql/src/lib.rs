@@ -17,7 +17,11 @@ impl Charm for Postgresql {
             .provides("db", "pgsql")
             .string_option("image", Some("postgres:12"), "The PostgreSQL image")
             .int_option("port", Some(5432), "The port PostgreSQL listens on")
-            .string_option("database", Some("discourse"), "The database offered to clients")
+            .string_option(
+                "database",
+                Some("discourse"),
+                "The database offered to clients",
+            )
     }
 
     fn handle(model: &Model, event: Event) -> HookResult {
@@ -66,7 +70,9 @@ fn connection_string(model: &Model) -> HookResult<String> {
     let database: String = model.config().get("database")?;
     let password = model.leader_data().get(PASSWORD_KEY).unwrap_or_default();
     let host = format!("{}-0.{}-endpoints", model.app().name(), model.app().name());
-    Ok(format!("host={host} port={port} dbname={database} user={database} password={password}"))
+    Ok(format!(
+        "host={host} port={port} dbname={database} user={database} password={password}"
+    ))
 }
 
 fn publish_master(model: &Model) -> HookResult {

@@ -21,6 +21,10 @@ impl Host for HookContext {
     }
 
     fn config_get_all(&mut self) -> Vec<(String, WitValue)> {
-        self.snapshot.config.iter().map(|(k, v)| (k.clone(), to_wit(v))).collect()
+        self.snapshot
+            .config
+            .iter()
+            .map(|(k, v)| (k.clone(), to_wit(v)))
+            .collect()
     }
 }

@@ -16,13 +16,20 @@ impl Host for HookContext {
     }
 
     fn leader_get_all(&mut self) -> Vec<(String, String)> {
-        overlay(Some(&self.snapshot.leader_data), Some(&self.changes.leader_data)).into_iter().collect()
+        overlay(
+            Some(&self.snapshot.leader_data),
+            Some(&self.changes.leader_data),
+        )
+        .into_iter()
+        .collect()
     }
 
     fn leader_set(&mut self, key: String, value: Option<String>) -> Result<(), Error> {
         super::require_leader(self)?;
         if key.is_empty() {
-            return Err(Error::InvalidArgument("a leader setting's key must not be empty".into()));
+            return Err(Error::InvalidArgument(
+                "a leader setting's key must not be empty".into(),
+            ));
         }
         self.changes.leader_data.insert(key, value);
         Ok(())

@@ -7,10 +7,14 @@ impl Host for HookContext {
     fn set_pod_spec(&mut self, spec: String, k8s_resources: Option<String>) -> Result<(), Error> {
         super::require_leader(self)?;
         let write = podspec::validate(&spec, k8s_resources.as_deref()).map_err(|e| match e {
-            PodSpecError::Spec(f) => Error::InvalidPodSpec(FieldError { field: f.field, reason: f.reason }),
-            PodSpecError::K8sResources(f) => {
-                Error::InvalidK8sResources(FieldError { field: f.field, reason: f.reason })
-            }
+            PodSpecError::Spec(f) => Error::InvalidPodSpec(FieldError {
+                field: f.field,
+                reason: f.reason,
+            }),
+            PodSpecError::K8sResources(f) => Error::InvalidK8sResources(FieldError {
+                field: f.field,
+                reason: f.reason,
+            }),
         })?;
         self.changes.pod_spec = Some(write);
         Ok(())

@@ -4,12 +4,20 @@ use crate::context::{HookContext, overlay};
 use crate::model::RelationView;
 
 fn relation(ctx: &HookContext, id: u32) -> Result<&RelationView, Error> {
-    ctx.snapshot.relations.get(&id).ok_or(Error::RelationNotFound(id))
+    ctx.snapshot
+        .relations
+        .get(&id)
+        .ok_or(Error::RelationNotFound(id))
 }
 
 impl Host for HookContext {
     fn relation_ids(&mut self, name: String) -> Vec<u32> {
-        self.snapshot.relations.values().filter(|r| r.endpoint == name).map(|r| r.id).collect()
+        self.snapshot
+            .relations
+            .values()
+            .filter(|r| r.endpoint == name)
+            .map(|r| r.id)
+            .collect()
     }
 
     fn relation_get(&mut self, id: u32) -> Result<Relation, Error> {
@@ -29,9 +37,14 @@ impl Host for HookContext {
             return Ok(bag.into_iter().collect());
         }
         if !r.remote_units.contains(&unit) {
-            return Err(Error::PermissionDenied(format!("unit {unit} is not in relation {id}")));
+            return Err(Error::PermissionDenied(format!(
+                "unit {unit} is not in relation {id}"
+            )));
         }
-        Ok(r.unit_bags.get(&unit).map(|b| b.clone().into_iter().collect()).unwrap_or_default())
+        Ok(r.unit_bags
+            .get(&unit)
+            .map(|b| b.clone().into_iter().collect())
+            .unwrap_or_default())
     }
 
     fn app_data(&mut self, id: u32, app: String) -> Result<Vec<(String, String)>, Error> {
@@ -48,12 +61,23 @@ impl Host for HookContext {
             return Ok(bag.into_iter().collect());
         }
         if app != r.remote_app {
-            return Err(Error::PermissionDenied(format!("application {app} is not in relation {id}")));
+            return Err(Error::PermissionDenied(format!(
+                "application {app} is not in relation {id}"
+            )));
         }
-        Ok(r.app_bags.get(&app).map(|b| b.clone().into_iter().collect()).unwrap_or_default())
+        Ok(r.app_bags
+            .get(&app)
+            .map(|b| b.clone().into_iter().collect())
+            .unwrap_or_default())
     }
 
-    fn set_unit_data(&mut self, id: u32, unit: String, key: String, value: Option<String>) -> Result<(), Error> {
+    fn set_unit_data(
+        &mut self,
+        id: u32,
+        unit: String,
+        key: String,
+        value: Option<String>,
+    ) -> Result<(), Error> {
         relation(self, id)?;
         if unit != self.unit() {
             return Err(Error::PermissionDenied(format!(
@@ -62,13 +86,25 @@ impl Host for HookContext {
             )));
         }
         if key.is_empty() {
-            return Err(Error::InvalidArgument("a relation setting's key must not be empty".into()));
+            return Err(Error::InvalidArgument(
+                "a relation setting's key must not be empty".into(),
+            ));
         }
-        self.changes.unit_bags.entry(id).or_default().insert(key, value);
+        self.changes
+            .unit_bags
+            .entry(id)
+            .or_default()
+            .insert(key, value);
         Ok(())
     }
 
-    fn set_app_data(&mut self, id: u32, app: String, key: String, value: Option<String>) -> Result<(), Error> {
+    fn set_app_data(
+        &mut self,
+        id: u32,
+        app: String,
+        key: String,
+        value: Option<String>,
+    ) -> Result<(), Error> {
         relation(self, id)?;
         if app != self.app() {
             return Err(Error::PermissionDenied(format!(
@@ -78,9 +114,15 @@ impl Host for HookContext {
         }
         super::require_leader(self)?;
         if key.is_empty() {
-            return Err(Error::InvalidArgument("a relation setting's key must not be empty".into()));
+            return Err(Error::InvalidArgument(
+                "a relation setting's key must not be empty".into(),
+            ));
         }
-        self.changes.app_bags.entry(id).or_default().insert(key, value);
+        self.changes
+            .app_bags
+            .entry(id)
+            .or_default()
+            .insert(key, value);
         Ok(())
     }
 }

@@ -12,7 +12,10 @@ fn to_wit(status: &Status) -> WitStatus {
         StatusKind::Blocked => WitKind::Blocked,
         StatusKind::Error => WitKind::Error,
     };
-    WitStatus { kind, message: status.message.clone() }
+    WitStatus {
+        kind,
+        message: status.message.clone(),
+    }
 }
 
 fn from_wit(status: WitStatus) -> Result<Status, Error> {
@@ -23,14 +26,26 @@ fn from_wit(status: WitStatus) -> Result<Status, Error> {
         WitKind::Waiting => StatusKind::Waiting,
         WitKind::Blocked => StatusKind::Blocked,
         // As in Juju, error is the host's to set, when a hook fails.
-        WitKind::Error => return Err(Error::InvalidArgument("a charm cannot set an error status".into())),
+        WitKind::Error => {
+            return Err(Error::InvalidArgument(
+                "a charm cannot set an error status".into(),
+            ));
+        }
     };
-    Ok(Status { kind, message: status.message })
+    Ok(Status {
+        kind,
+        message: status.message,
+    })
 }
 
 impl Host for HookContext {
     fn unit_status(&mut self) -> WitStatus {
-        to_wit(self.changes.unit_status.as_ref().unwrap_or(&self.snapshot.unit_status))
+        to_wit(
+            self.changes
+                .unit_status
+                .as_ref()
+                .unwrap_or(&self.snapshot.unit_status),
+        )
     }
 
     fn set_unit_status(&mut self, status: WitStatus) -> Result<(), Error> {
@@ -40,7 +55,12 @@ impl Host for HookContext {
 
     fn app_status(&mut self) -> Result<WitStatus, Error> {
         super::require_leader(self)?;
-        Ok(to_wit(self.changes.app_status.as_ref().unwrap_or(&self.snapshot.app_status)))
+        Ok(to_wit(
+            self.changes
+                .app_status
+                .as_ref()
+                .unwrap_or(&self.snapshot.app_status),
+        ))
     }
 
     fn set_app_status(&mut self, status: WitStatus) -> Result<(), Error> {

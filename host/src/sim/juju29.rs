@@ -74,11 +74,20 @@ impl JujuTracker {
         if state.dead_until.is_some_and(|until| now < until) {
             return false;
         }
-        if state.holding && state.last_sent.is_some_and(|sent| now < sent + self.requested()) {
+        if state.holding
+            && state
+                .last_sent
+                .is_some_and(|sent| now < sent + self.requested())
+        {
             return true;
         }
         let sent = Instant::now();
-        let answer = timeout(self.config.request_timeout, self.store.claim(&self.app, &self.unit, self.config.lease_duration)).await;
+        let answer = timeout(
+            self.config.request_timeout,
+            self.store
+                .claim(&self.app, &self.unit, self.config.lease_duration),
+        )
+        .await;
         match answer {
             Ok(Ok(Claim::Held(lease))) => {
                 state.holding = true;
@@ -146,22 +155,33 @@ impl JujuTracker {
             let generation = {
                 let mut state = self.state.lock().await;
                 state.generation += 1;
-                fence = Some(Fence { app: self.app.clone(), holder: self.unit.clone(), term: state.term });
+                fence = Some(Fence {
+                    app: self.app.clone(),
+                    holder: self.unit.clone(),
+                    term: state.term,
+                });
                 state.generation
             };
             let spec = serde_json::json!({"version": 3, "containers": [{"name": "discourse",
                 "imageDetails": {"imagePath": "discourse/discourse:2.6"},
                 "envConfig": {"DISCOURSE_DB": "host=postgresql-0", "GENERATION": format!("{} {generation}", self.unit)}}]});
-            changes.pod_spec = Some(PodSpecWrite { spec, k8s_resources: None });
+            changes.pod_spec = Some(PodSpecWrite {
+                spec,
+                k8s_resources: None,
+            });
             // pod-spec-set checks leadership again when the hook's writes are flushed.
             if !self.is_leader().await {
                 self.metrics.hook(true, true, false, true);
                 return (true, Err(NOT_LEADER.into()));
             }
         }
-        let committed = self.store.commit(&self.unit, &changes, fence.as_ref()).await;
+        let committed = self
+            .store
+            .commit(&self.unit, &changes, fence.as_ref())
+            .await;
         let refused = matches!(committed, Err(crate::store::CommitError::Fenced { .. }));
-        self.metrics.hook(saw_leader, refused, false, committed.is_err());
+        self.metrics
+            .hook(saw_leader, refused, false, committed.is_err());
         (saw_leader, committed.map(|_| ()).map_err(|e| e.to_string()))
     }
 }

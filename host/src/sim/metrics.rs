@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::store::faults::{FaultPlan, StoreObserver};
 use crate::model::Changes;
+use crate::store::faults::{FaultPlan, StoreObserver};
 use crate::store::{CommitReceipt, Fence, Lease};
 
 /// One unit's belief that it leads: from `start` to `end`, seconds from the run's start.
@@ -52,8 +52,21 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new(start: Instant, units: Vec<String>, guarantee: Duration, plan: FaultPlan) -> Self {
-        Metrics { start, guarantee, plan, inner: Mutex::new(Inner { units, ..Default::default() }) }
+    pub(crate) fn new(
+        start: Instant,
+        units: Vec<String>,
+        guarantee: Duration,
+        plan: FaultPlan,
+    ) -> Self {
+        Metrics {
+            start,
+            guarantee,
+            plan,
+            inner: Mutex::new(Inner {
+                units,
+                ..Default::default()
+            }),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -65,7 +78,11 @@ impl Metrics {
     }
 
     fn index(inner: &Inner, unit: &str) -> usize {
-        inner.units.iter().position(|u| u == unit).expect("a simulated unit")
+        inner
+            .units
+            .iter()
+            .position(|u| u == unit)
+            .expect("a simulated unit")
     }
 
     /// `unit` believes it leads until `until` (opening or extending its belief).
@@ -79,7 +96,11 @@ impl Metrics {
             Some((_, end)) if *end >= now => *end = end.max(until),
             _ => {
                 if let Some((start, end)) = inner.open.remove(&i) {
-                    inner.beliefs.push(Belief { unit: i, start, end });
+                    inner.beliefs.push(Belief {
+                        unit: i,
+                        start,
+                        end,
+                    });
                 }
                 inner.open.insert(i, (now, until));
                 if let Some((crashed_at, crashed)) = inner.pending_failover {
@@ -98,7 +119,11 @@ impl Metrics {
         let mut inner = self.lock();
         let i = Self::index(&inner, unit);
         if let Some((start, end)) = inner.open.remove(&i) {
-            inner.beliefs.push(Belief { unit: i, start, end: end.min(now) });
+            inner.beliefs.push(Belief {
+                unit: i,
+                start,
+                end: end.min(now),
+            });
         }
     }
 
@@ -124,7 +149,11 @@ impl Metrics {
     pub(crate) fn believed_leader(&self) -> Option<String> {
         let now = self.secs(Instant::now());
         let inner = self.lock();
-        inner.open.iter().find(|(_, (_, end))| *end > now).map(|(i, _)| inner.units[*i].clone())
+        inner
+            .open
+            .iter()
+            .find(|(_, (_, end))| *end > now)
+            .map(|(i, _)| inner.units[*i].clone())
     }
 
     /// A hook ended: whether it saw `is_leader == true`, whether a leader-only operation
@@ -144,7 +173,11 @@ impl Metrics {
         let mut inner = self.lock();
         let open: Vec<_> = std::mem::take(&mut inner.open).into_iter().collect();
         for (unit, (start, end)) in open {
-            inner.beliefs.push(Belief { unit, start, end: end.min(now) });
+            inner.beliefs.push(Belief {
+                unit,
+                start,
+                end: end.min(now),
+            });
         }
         let mut beliefs = inner.beliefs.clone();
         beliefs.retain(|b| b.end > b.start);
@@ -153,7 +186,10 @@ impl Metrics {
         let mut overlaps = 0u64;
         let mut latest_end: BTreeMap<usize, f64> = BTreeMap::new();
         for b in &beliefs {
-            if latest_end.iter().any(|(u, end)| *u != b.unit && *end > b.start) {
+            if latest_end
+                .iter()
+                .any(|(u, end)| *u != b.unit && *end > b.start)
+            {
                 overlaps += 1;
             }
             let e = latest_end.entry(b.unit).or_insert(b.end);
@@ -197,14 +233,19 @@ impl StoreObserver for Metrics {
         let sent = self.secs(sent_at);
         let now = self.secs(Instant::now());
         let mut inner = self.lock();
-        let previous = inner.current.insert(app.to_string(), (lease.holder.clone(), lease.term));
+        let previous = inner
+            .current
+            .insert(app.to_string(), (lease.holder.clone(), lease.term));
         if let Some((holder, term)) = previous {
             if term != lease.term {
                 inner.leadership_changes += 1;
                 let since = inner.last_grant.get(&holder).copied().unwrap_or(0.0);
                 let i = Self::index(&inner, &holder);
                 let crashed = inner.crashes.iter().any(|(at, u)| *u == i && *at >= since);
-                let outage = self.plan.longest_outage_between(Duration::from_secs_f64(since), Duration::from_secs_f64(now));
+                let outage = self.plan.longest_outage_between(
+                    Duration::from_secs_f64(since),
+                    Duration::from_secs_f64(now),
+                );
                 if !crashed && outage < self.guarantee {
                     inner.spurious_changes += 1;
                 }
@@ -213,7 +254,13 @@ impl StoreObserver for Metrics {
         inner.last_grant.insert(lease.holder.clone(), sent);
     }
 
-    fn commit_accepted(&self, _unit: &str, changes: &Changes, fence: Option<&Fence>, receipt: &CommitReceipt) {
+    fn commit_accepted(
+        &self,
+        _unit: &str,
+        changes: &Changes,
+        fence: Option<&Fence>,
+        receipt: &CommitReceipt,
+    ) {
         let mut inner = self.lock();
         inner.commits_accepted += 1;
         inner.pod_spec_commits += u64::from(changes.pod_spec.is_some());

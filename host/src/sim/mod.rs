@@ -77,8 +77,14 @@ pub enum Profile {
 
 impl Profile {
     /// Every profile.
-    pub const ALL: [Profile; 6] =
-        [Profile::None, Profile::RaftFlux, Profile::Timeouts, Profile::Partition, Profile::LeaderCrash, Profile::ClockDrift];
+    pub const ALL: [Profile; 6] = [
+        Profile::None,
+        Profile::RaftFlux,
+        Profile::Timeouts,
+        Profile::Partition,
+        Profile::LeaderCrash,
+        Profile::ClockDrift,
+    ];
 
     /// The profile's name on the command line.
     pub fn name(self) -> &'static str {
@@ -169,8 +175,11 @@ pub struct Report {
 /// Mean seconds between hooks on one unit.
 const THINK_MEAN: f64 = 2.0;
 /// Hooks run up to 0.5 s; one in 50 up to 10 s.
-const WORK: WorkModel =
-    WorkModel::Random { short: Duration::from_millis(500), long: Duration::from_secs(10), long_every: 50 };
+const WORK: WorkModel = WorkModel::Random {
+    short: Duration::from_millis(500),
+    long: Duration::from_secs(10),
+    long_every: 50,
+};
 
 fn plan_for(config: &SimConfig, horizon: Duration, rng: &mut StdRng) -> FaultPlan {
     let mut plan = FaultPlan::none(rng.random());
@@ -182,7 +191,10 @@ fn plan_for(config: &SimConfig, horizon: Duration, rng: &mut StdRng) -> FaultPla
         let mut at = rng.random_range(gap.0..gap.1);
         while at < secs(horizon) {
             let len = rng.random_range(length.0..length.1);
-            out.push(Outage { start: Duration::from_secs_f64(at), end: Duration::from_secs_f64(at + len) });
+            out.push(Outage {
+                start: Duration::from_secs_f64(at),
+                end: Duration::from_secs_f64(at + len),
+            });
             at += len + rng.random_range(gap.0..gap.1);
         }
         out
@@ -206,13 +218,18 @@ fn plan_for(config: &SimConfig, horizon: Duration, rng: &mut StdRng) -> FaultPla
         Profile::LeaderCrash => {}
         Profile::ClockDrift => {
             for i in 0..config.units {
-                plan.drift.insert(format!("discourse/{i}"), rng.random_range(-0.05..0.05));
+                plan.drift
+                    .insert(format!("discourse/{i}"), rng.random_range(-0.05..0.05));
             }
         }
     }
     if config.profile != Profile::None {
         plan.latency_min = Duration::from_millis(1);
-        plan.latency_jitter = Duration::from_millis(if config.profile == Profile::Timeouts { 50 } else { 10 });
+        plan.latency_jitter = Duration::from_millis(if config.profile == Profile::Timeouts {
+            50
+        } else {
+            10
+        });
     }
     plan.outages.extend(config.extra_outages.iter().copied());
     if let Some(drift) = config.drift_override {
@@ -239,18 +256,36 @@ async fn simulate(config: &SimConfig) -> Report {
     let per_unit = config.hooks.div_ceil(u64::from(config.units.max(1)));
     let horizon = Duration::from_secs_f64(per_unit as f64 * (THINK_MEAN + 0.5) + 120.0);
     let plan = plan_for(config, horizon, &mut rng);
-    let units: Vec<String> = (0..config.units).map(|i| format!("discourse/{i}")).collect();
+    let units: Vec<String> = (0..config.units)
+        .map(|i| format!("discourse/{i}"))
+        .collect();
     let start = Instant::now();
-    let metrics = Arc::new(Metrics::new(start, units.clone(), config.leadership.guarantee(), plan.clone()));
+    let metrics = Arc::new(Metrics::new(
+        start,
+        units.clone(),
+        config.leadership.guarantee(),
+        plan.clone(),
+    ));
     let memory: Arc<dyn Store> = Arc::new(MemoryStore::new("sim"));
     let observer: Arc<dyn crate::store::faults::StoreObserver> = metrics.clone();
     let store: Arc<dyn Store> = Arc::new(FaultyStore::new(memory, plan.clone(), Some(observer)));
     let crash_seed: u64 = rng.random();
     let measured = match config.policy {
-        Policy::Pinned => simulate_pinned(config, &store, &metrics, &units, per_unit, &mut rng, crash_seed).await,
-        Policy::Juju29 => simulate_juju29(config, &store, &metrics, &units, per_unit, &mut rng, crash_seed).await,
+        Policy::Pinned => {
+            simulate_pinned(
+                config, &store, &metrics, &units, per_unit, &mut rng, crash_seed,
+            )
+            .await
+        }
+        Policy::Juju29 => {
+            simulate_juju29(
+                config, &store, &metrics, &units, per_unit, &mut rng, crash_seed,
+            )
+            .await
+        }
     };
-    let median = (!measured.failover_seconds.is_empty()).then(|| measured.failover_seconds[measured.failover_seconds.len() / 2]);
+    let median = (!measured.failover_seconds.is_empty())
+        .then(|| measured.failover_seconds[measured.failover_seconds.len() / 2]);
     let max = measured.failover_seconds.last().copied();
     Report {
         policy: config.policy,
@@ -261,7 +296,11 @@ async fn simulate(config: &SimConfig) -> Report {
         lease_seconds: config.leadership.lease_duration.as_secs_f64(),
         guarantee_seconds: config.leadership.guarantee().as_secs_f64(),
         outages: plan.outages.len(),
-        longest_outage_seconds: plan.outages.iter().map(|o| o.length().as_secs_f64()).fold(0.0, f64::max),
+        longest_outage_seconds: plan
+            .outages
+            .iter()
+            .map(|o| o.length().as_secs_f64())
+            .fold(0.0, f64::max),
         measured,
         failover_median_seconds: median,
         failover_max_seconds: max,
@@ -274,14 +313,25 @@ fn think(rng: &mut StdRng) -> Duration {
 
 /// Crash times for the leader-crash profile: every 30 to 90 s, down for twice the lease.
 fn crash_schedule(config: &SimConfig, seed: u64) -> Option<(StdRng, Duration)> {
-    (config.profile == Profile::LeaderCrash).then(|| (StdRng::seed_from_u64(seed), config.leadership.lease_duration * 2))
+    (config.profile == Profile::LeaderCrash).then(|| {
+        (
+            StdRng::seed_from_u64(seed),
+            config.leadership.lease_duration * 2,
+        )
+    })
 }
 
-async fn watch_beliefs(mut rx: tokio::sync::watch::Receiver<Leadership>, metrics: Arc<Metrics>, unit: String) {
+async fn watch_beliefs(
+    mut rx: tokio::sync::watch::Receiver<Leadership>,
+    metrics: Arc<Metrics>,
+    unit: String,
+) {
     loop {
         let current = rx.borrow_and_update().clone();
         match current {
-            Leadership::Leader { guarantee_until, .. } => metrics.believe(&unit, guarantee_until),
+            Leadership::Leader {
+                guarantee_until, ..
+            } => metrics.believe(&unit, guarantee_until),
             _ => metrics.disbelieve(&unit),
         }
         if rx.changed().await.is_err() {
@@ -303,9 +353,17 @@ async fn simulate_pinned(
     let m = metrics.clone();
     let observer = HookObserver(Arc::new(move |r: &HookRecord| {
         let refused = r.refused_not_leader || r.result == HookResultKind::Fenced;
-        let failed = !matches!(r.result, HookResultKind::Committed | HookResultKind::Skipped);
+        let failed = !matches!(
+            r.result,
+            HookResultKind::Committed | HookResultKind::Skipped
+        );
         if r.result != HookResultKind::Skipped {
-            m.hook(r.leader, r.leader && refused, r.result == HookResultKind::Interrupted, failed);
+            m.hook(
+                r.leader,
+                r.leader && refused,
+                r.result == HookResultKind::Interrupted,
+                failed,
+            );
         }
     }));
     let margin = crate::charm::RuntimeConfig::default().guarantee_margin;
@@ -320,10 +378,19 @@ async fn simulate_pinned(
         seed: Some(rng.random()),
         observer: Some(observer),
     };
-    let controller = Arc::new(Controller::new(store.clone(), margin, controller_config).expect("valid leadership config"));
+    let controller = Arc::new(
+        Controller::new(store.clone(), margin, controller_config).expect("valid leadership config"),
+    );
     let standin = Arc::new(DiscourseStandIn::new(rng.random(), WORK, margin));
     controller
-        .deploy_with("discourse", standin, standin::discourse_metadata(), "discourse (native stand-in)", BTreeMap::new(), config.units)
+        .deploy_with(
+            "discourse",
+            standin,
+            standin::discourse_metadata(),
+            "discourse (native stand-in)",
+            BTreeMap::new(),
+            config.units,
+        )
         .await
         .expect("the simulated deployment");
     for unit in units {
@@ -354,7 +421,9 @@ async fn simulate_pinned(
         tokio::spawn(async move {
             loop {
                 sleep(Duration::from_secs_f64(crash_rng.random_range(30.0..90.0))).await;
-                let Some(leader) = metrics.believed_leader() else { continue };
+                let Some(leader) = metrics.believed_leader() else {
+                    continue;
+                };
                 controller.crash_unit(&leader);
                 metrics.crashed(&leader);
                 sleep(down).await;
@@ -400,7 +469,13 @@ async fn simulate_juju29(
     let mut loops = Vec::new();
     for unit in units {
         store.add_unit("discourse").await.expect("a fresh store");
-        let tracker = Arc::new(juju29::JujuTracker::new(store.clone(), "discourse", unit, config.leadership.clone(), metrics.clone()));
+        let tracker = Arc::new(juju29::JujuTracker::new(
+            store.clone(),
+            "discourse",
+            unit,
+            config.leadership.clone(),
+            metrics.clone(),
+        ));
         loops.push(tokio::spawn(tracker.clone().run()));
         trackers.push(tracker);
     }
@@ -422,8 +497,13 @@ async fn simulate_juju29(
         tokio::spawn(async move {
             loop {
                 sleep(Duration::from_secs_f64(crash_rng.random_range(30.0..90.0))).await;
-                let Some(leader) = metrics.believed_leader() else { continue };
-                let i = units.iter().position(|u| *u == leader).expect("a simulated unit");
+                let Some(leader) = metrics.believed_leader() else {
+                    continue;
+                };
+                let i = units
+                    .iter()
+                    .position(|u| *u == leader)
+                    .expect("a simulated unit");
                 trackers[i].crash(down).await;
                 metrics.crashed(&leader);
                 sleep(down).await;
@@ -449,13 +529,22 @@ pub fn invariant_violations(report: &Report) -> Vec<String> {
     let m = &report.measured;
     let mut v = Vec::new();
     if m.inconsistent_hooks > 0 {
-        v.push(format!("I2: {} hooks saw is_leader true and were then refused", m.inconsistent_hooks));
+        v.push(format!(
+            "I2: {} hooks saw is_leader true and were then refused",
+            m.inconsistent_hooks
+        ));
     }
     if m.overlapping_guarantees > 0 {
-        v.push(format!("I3: {} overlapping leadership guarantees", m.overlapping_guarantees));
+        v.push(format!(
+            "I3: {} overlapping leadership guarantees",
+            m.overlapping_guarantees
+        ));
     }
     if m.stale_commits_accepted > 0 {
-        v.push(format!("I3: {} commits accepted with a stale term", m.stale_commits_accepted));
+        v.push(format!(
+            "I3: {} commits accepted with a stale term",
+            m.stale_commits_accepted
+        ));
     }
     if m.pod_spec_revision != m.pod_spec_commits {
         v.push(format!(
@@ -464,7 +553,10 @@ pub fn invariant_violations(report: &Report) -> Vec<String> {
         ));
     }
     if m.spurious_leadership_changes > 0 {
-        v.push(format!("I5: {} leadership changes with no outage as long as the guarantee", m.spurious_leadership_changes));
+        v.push(format!(
+            "I5: {} leadership changes with no outage as long as the guarantee",
+            m.spurious_leadership_changes
+        ));
     }
     v
 }
@@ -494,9 +586,17 @@ pub fn replay_seed(policy: Policy) -> SeedReplay {
         let mut plan = FaultPlan::none(0);
         plan.commit_faults = false;
         plan.hang = Duration::from_secs(30);
-        plan.outages.push(Outage { start: Duration::from_millis(7200), end: Duration::from_millis(12200) });
+        plan.outages.push(Outage {
+            start: Duration::from_millis(7200),
+            end: Duration::from_millis(12200),
+        });
         let leadership = LeadershipConfig::default();
-        let metrics = Arc::new(Metrics::new(Instant::now(), vec![unit.to_string()], leadership.guarantee(), plan.clone()));
+        let metrics = Arc::new(Metrics::new(
+            Instant::now(),
+            vec![unit.to_string()],
+            leadership.guarantee(),
+            plan.clone(),
+        ));
         let memory: Arc<dyn Store> = Arc::new(MemoryStore::new("seed"));
         let store: Arc<dyn Store> = Arc::new(FaultyStore::new(memory, plan, None));
         let hook_at = Duration::from_secs(7);
@@ -513,13 +613,27 @@ pub fn replay_seed(policy: Policy) -> SeedReplay {
                     .await
                     .expect("a fresh store");
                 store.add_unit("discourse").await.expect("a fresh store");
-                let tracker = Arc::new(juju29::JujuTracker::new(store.clone(), "discourse", unit, leadership, metrics));
+                let tracker = Arc::new(juju29::JujuTracker::new(
+                    store.clone(),
+                    "discourse",
+                    unit,
+                    leadership,
+                    metrics,
+                ));
                 let renewals = tokio::spawn(tracker.clone().run());
                 tokio::time::sleep_until(t0 + hook_at).await;
                 let (saw_leader, result) = tracker.hook(work).await;
                 renewals.abort();
-                let revision = store.pod_spec("discourse").await.ok().flatten().map(|p| p.revision);
-                SeedReplay { saw_leader, outcome: result.map(|()| revision.unwrap_or(0)) }
+                let revision = store
+                    .pod_spec("discourse")
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|p| p.revision);
+                SeedReplay {
+                    saw_leader,
+                    outcome: result.map(|()| revision.unwrap_or(0)),
+                }
             }
             Policy::Pinned => {
                 let records = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -527,16 +641,26 @@ pub fn replay_seed(policy: Policy) -> SeedReplay {
                 let config = ControllerConfig {
                     leadership,
                     observer: Some(HookObserver(Arc::new(move |r: &HookRecord| {
-                        sink.lock().unwrap_or_else(|e| e.into_inner()).push(r.clone())
+                        sink.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(r.clone())
                     }))),
                     seed: Some(0),
                     ..Default::default()
                 };
                 let margin = crate::charm::RuntimeConfig::default().guarantee_margin;
-                let controller = Controller::new(store.clone(), margin, config).expect("valid config");
+                let controller =
+                    Controller::new(store.clone(), margin, config).expect("valid config");
                 let standin = Arc::new(DiscourseStandIn::new(0, WorkModel::Fixed(work), margin));
                 controller
-                    .deploy_with("discourse", standin, standin::discourse_metadata(), "discourse", BTreeMap::new(), 1)
+                    .deploy_with(
+                        "discourse",
+                        standin,
+                        standin::discourse_metadata(),
+                        "discourse",
+                        BTreeMap::new(),
+                        1,
+                    )
                     .await
                     .expect("a fresh store");
                 controller.wait_idle().await;
@@ -550,14 +674,24 @@ pub fn replay_seed(policy: Policy) -> SeedReplay {
                 controller.enqueue(unit, Hook::RelationChanged(hook));
                 controller.wait_idle().await;
                 let records = records.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                let run = records.iter().rev().find(|r| r.hook == "db-relation-changed").expect("the hook ran");
-                let first = records.iter().find(|r| r.hook == "db-relation-changed").expect("the hook ran");
+                let run = records
+                    .iter()
+                    .rev()
+                    .find(|r| r.hook == "db-relation-changed")
+                    .expect("the hook ran");
+                let first = records
+                    .iter()
+                    .find(|r| r.hook == "db-relation-changed")
+                    .expect("the hook ran");
                 let outcome = match (run.result, run.pod_spec_revision) {
                     (HookResultKind::Committed, Some(revision)) => Ok(revision),
                     _ => Err(run.outcome.clone()),
                 };
                 controller.shutdown();
-                SeedReplay { saw_leader: first.leader, outcome }
+                SeedReplay {
+                    saw_leader: first.leader,
+                    outcome,
+                }
             }
         }
     })

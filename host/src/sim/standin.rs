@@ -15,7 +15,9 @@ use crate::bindings::juju::charm::{leadership, pod, state, status};
 use crate::bindings::types::{Status as WitStatus, StatusKind};
 use crate::charm::{GuaranteeWatch, HookOutcome, HookRun};
 use crate::context::{HookContext, Interruption};
-use crate::model::{CharmMetadata, ConfigOptionMeta, EndpointMeta, Hook, OptionType, RelationRole, UnitSnapshot};
+use crate::model::{
+    CharmMetadata, ConfigOptionMeta, EndpointMeta, Hook, OptionType, RelationRole, UnitSnapshot,
+};
 use crate::store::{BoxFuture, Fence};
 
 /// The discourse charm's metadata, as its component declares it.
@@ -32,7 +34,9 @@ pub(crate) fn discourse_metadata() -> CharmMetadata {
         config: vec![ConfigOptionMeta {
             name: "image".into(),
             kind: OptionType::String,
-            default: Some(crate::model::ConfigValue::String("discourse/discourse:2.6".into())),
+            default: Some(crate::model::ConfigValue::String(
+                "discourse/discourse:2.6".into(),
+            )),
             description: "The Discourse image".into(),
         }],
         actions: vec![],
@@ -55,7 +59,11 @@ pub(crate) enum WorkModel {
 impl WorkModel {
     pub(crate) fn draw(&self, rng: &mut StdRng) -> Duration {
         match *self {
-            WorkModel::Random { short, long, long_every } => {
+            WorkModel::Random {
+                short,
+                long,
+                long_every,
+            } => {
                 if rng.random_range(0..long_every) == 0 {
                     long.mul_f64(rng.random())
                 } else {
@@ -98,7 +106,9 @@ async fn bounded_work(
         return Ok(());
     };
     loop {
-        let Some(until) = guarantee.valid_until() else { return Err(Interruption::GuaranteeEnding) };
+        let Some(until) = guarantee.valid_until() else {
+            return Err(Interruption::GuaranteeEnding);
+        };
         let stop_at = until.checked_sub(margin).unwrap_or(until);
         if Instant::now() >= stop_at {
             return Err(Interruption::GuaranteeEnding);
@@ -114,7 +124,10 @@ async fn bounded_work(
 
 /// Discourse's configure-pod, through the host's imports.
 fn configure_pod(ctx: &mut HookContext) -> Result<(), String> {
-    let generation: u64 = state::Host::get(ctx, "generation".into()).and_then(|g| g.parse().ok()).unwrap_or(0) + 1;
+    let generation: u64 = state::Host::get(ctx, "generation".into())
+        .and_then(|g| g.parse().ok())
+        .unwrap_or(0)
+        + 1;
     state::Host::set(ctx, "generation".into(), Some(generation.to_string()));
     // As Python ops does, `pod.set_spec` asks is-leader once more.
     if !leadership::Host::is_leader(ctx) {
@@ -139,7 +152,9 @@ impl HookExecutor for DiscourseStandIn {
         guarantee: Option<Arc<dyn GuaranteeWatch>>,
         _hook: Hook,
     ) -> BoxFuture<'static, HookRun> {
-        let work = self.work.draw(&mut self.rng.lock().unwrap_or_else(|e| e.into_inner()));
+        let work = self
+            .work
+            .draw(&mut self.rng.lock().unwrap_or_else(|e| e.into_inner()));
         let metadata = self.metadata.clone();
         let margin = self.margin;
         Box::pin(async move {
@@ -153,7 +168,10 @@ impl HookExecutor for DiscourseStandIn {
                     return ctx.finish(HookOutcome::Failed(e));
                 }
             }
-            let active = WitStatus { kind: StatusKind::Active, message: String::new() };
+            let active = WitStatus {
+                kind: StatusKind::Active,
+                message: String::new(),
+            };
             if let Err(e) = status::Host::set_unit_status(&mut ctx, active) {
                 return ctx.finish(HookOutcome::Failed(format!("{e:?}")));
             }

@@ -11,10 +11,12 @@ use rand::{Rng, SeedableRng};
 use tokio::time::{Instant, sleep};
 
 use super::{
-    BoxFuture, Claim, CommitError, CommitReceipt, Fence, Lease, LeaseError, LeaseStore, ModelStatus, StateStore,
-    Store, StoreError,
+    BoxFuture, Claim, CommitError, CommitReceipt, Fence, Lease, LeaseError, LeaseStore,
+    ModelStatus, StateStore, Store, StoreError,
 };
-use crate::model::{ApplicationRecord, Changes, PodSpecRecord, RelationEndpoint, RelationRecord, UnitSnapshot};
+use crate::model::{
+    ApplicationRecord, Changes, PodSpecRecord, RelationEndpoint, RelationRecord, UnitSnapshot,
+};
 
 /// A window, from the start of the run, in which the store answers nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -84,7 +86,12 @@ impl FaultPlan {
 
     /// The longest outage overlapping `[from, to]`.
     pub fn longest_outage_between(&self, from: Duration, to: Duration) -> Duration {
-        self.outages.iter().filter(|o| o.start <= to && o.end >= from).map(Outage::length).max().unwrap_or_default()
+        self.outages
+            .iter()
+            .filter(|o| o.start <= to && o.end >= from)
+            .map(Outage::length)
+            .max()
+            .unwrap_or_default()
     }
 }
 
@@ -93,7 +100,13 @@ pub trait StoreObserver: Send + Sync {
     /// A claim was granted (new or extended).
     fn claim_granted(&self, app: &str, lease: &Lease, sent_at: Instant);
     /// A commit was applied.
-    fn commit_accepted(&self, unit: &str, changes: &Changes, fence: Option<&Fence>, receipt: &CommitReceipt);
+    fn commit_accepted(
+        &self,
+        unit: &str,
+        changes: &Changes,
+        fence: Option<&Fence>,
+        receipt: &CommitReceipt,
+    );
 }
 
 /// A store wrapped in faults.
@@ -114,9 +127,19 @@ enum Fate {
 
 impl FaultyStore {
     /// Wraps `inner`; the plan's windows count from now.
-    pub fn new(inner: Arc<dyn Store>, plan: FaultPlan, observer: Option<Arc<dyn StoreObserver>>) -> Self {
+    pub fn new(
+        inner: Arc<dyn Store>,
+        plan: FaultPlan,
+        observer: Option<Arc<dyn StoreObserver>>,
+    ) -> Self {
         let rng = Mutex::new(StdRng::seed_from_u64(plan.seed));
-        FaultyStore { inner, plan, rng, start: Instant::now(), observer }
+        FaultyStore {
+            inner,
+            plan,
+            rng,
+            start: Instant::now(),
+            observer,
+        }
     }
 
     /// The plan.
@@ -136,7 +159,11 @@ impl FaultyStore {
         let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
         let roll: f64 = rng.random();
         if roll < self.plan.timeout_rate {
-            if rng.random::<f64>() < self.plan.lost_answer_rate { Fate::HangButApply } else { Fate::Hang }
+            if rng.random::<f64>() < self.plan.lost_answer_rate {
+                Fate::HangButApply
+            } else {
+                Fate::Hang
+            }
         } else if roll < self.plan.timeout_rate + self.plan.error_rate {
             Fate::Refuse
         } else {
@@ -195,7 +222,11 @@ impl LeaseStore for FaultyStore {
         })
     }
 
-    fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), LeaseError>> {
+    fn release<'a>(
+        &'a self,
+        app: &'a str,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
         self.inner.release(app, holder)
     }
 
@@ -209,11 +240,17 @@ impl StateStore for FaultyStore {
         self.inner.model_name()
     }
 
-    fn add_application<'a>(&'a self, app: ApplicationRecord) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn add_application<'a>(
+        &'a self,
+        app: ApplicationRecord,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.inner.add_application(app)
     }
 
-    fn application<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>> {
+    fn application<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>> {
         self.inner.application(name)
     }
 
@@ -252,7 +289,11 @@ impl StateStore for FaultyStore {
         fence: Option<&'a Fence>,
     ) -> BoxFuture<'a, Result<CommitReceipt, CommitError>> {
         Box::pin(async move {
-            let fate = if self.plan.commit_faults { self.fate() } else { Fate::Answer(Duration::ZERO) };
+            let fate = if self.plan.commit_faults {
+                self.fate()
+            } else {
+                Fate::Answer(Duration::ZERO)
+            };
             match fate {
                 Fate::Answer(latency) => {
                     sleep(latency / 2).await;
@@ -266,7 +307,9 @@ impl StateStore for FaultyStore {
                 // A commit that times out is not applied: a lost answer to an applied commit
                 // would make the retried hook apply twice, which the store's idempotent
                 // commit (not yet here) must prevent.
-                Fate::Hang | Fate::HangButApply => Err(StoreError::Unavailable(self.hang().await).into()),
+                Fate::Hang | Fate::HangButApply => {
+                    Err(StoreError::Unavailable(self.hang().await).into())
+                }
                 Fate::Refuse => Err(StoreError::Unavailable("connection refused".into()).into()),
             }
         })
@@ -280,7 +323,10 @@ impl StateStore for FaultyStore {
         self.inner.set_hook_error(unit, error)
     }
 
-    fn pod_spec<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>> {
+    fn pod_spec<'a>(
+        &'a self,
+        app: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>> {
         self.inner.pod_spec(app)
     }
 

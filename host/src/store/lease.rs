@@ -51,8 +51,12 @@ pub trait LeaseStore: Send + Sync {
     ) -> BoxFuture<'a, Result<Claim, LeaseError>>;
 
     /// Gives the lease up early, if `holder` holds it, so another unit can take over at once.
-    fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), LeaseError>>;
+    fn release<'a>(
+        &'a self,
+        app: &'a str,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<(), LeaseError>>;
 
-    /// The unexpired lease on `app`, if any.
+    /// The unexpired lease on `app`, if any; its `duration` is the time it has left.
     fn leader<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<Lease>, LeaseError>>;
 }

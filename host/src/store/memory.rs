@@ -8,12 +8,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    AppStatusRow, BoxFuture, Claim, CommitError, CommitReceipt, Fence, Lease, LeaseError, LeaseStore,
-    ModelStatus, StateStore, StoreError, UnitStatusRow,
+    AppStatusRow, BoxFuture, Claim, CommitError, CommitReceipt, Fence, Lease, LeaseError,
+    LeaseStore, ModelStatus, StateStore, StoreError, UnitStatusRow,
 };
 use crate::model::{
     ApplicationRecord, Bag, Changes, PodSpecRecord, RelationEndpoint, RelationId, RelationRecord,
-    RelationView, Status, StatusKind, UnitSnapshot, apply_writes, app_of,
+    RelationView, Status, StatusKind, UnitSnapshot, app_of, apply_writes,
 };
 
 #[derive(Debug, Clone)]
@@ -75,7 +75,10 @@ pub struct MemoryStore {
 impl MemoryStore {
     /// An empty store for model `model`.
     pub fn new(model: impl Into<String>) -> Self {
-        MemoryStore { model: model.into(), inner: Mutex::new(Inner::default()) }
+        MemoryStore {
+            model: model.into(),
+            inner: Mutex::new(Inner::default()),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -97,22 +100,47 @@ impl LeaseStore for MemoryStore {
             let mut inner = self.lock();
             if let Some(live) = inner.live_lease(app, now).cloned() {
                 if live.holder != holder {
-                    return Ok(Claim::Denied { holder: live.holder, term: live.term });
+                    return Ok(Claim::Denied {
+                        holder: live.holder,
+                        term: live.term,
+                    });
                 }
-                inner.leases.insert(app.to_string(), LeaseEntry { expiry: now + duration, ..live.clone() });
-                return Ok(Claim::Held(Lease { holder: live.holder, term: live.term, duration }));
+                inner.leases.insert(
+                    app.to_string(),
+                    LeaseEntry {
+                        expiry: now + duration,
+                        ..live.clone()
+                    },
+                );
+                return Ok(Claim::Held(Lease {
+                    holder: live.holder,
+                    term: live.term,
+                    duration,
+                }));
             }
             let term = inner.last_term.get(app).copied().unwrap_or(0) + 1;
             inner.last_term.insert(app.to_string(), term);
             inner.leases.insert(
                 app.to_string(),
-                LeaseEntry { holder: holder.to_string(), term, expiry: now + duration },
+                LeaseEntry {
+                    holder: holder.to_string(),
+                    term,
+                    expiry: now + duration,
+                },
             );
-            Ok(Claim::Held(Lease { holder: holder.to_string(), term, duration }))
+            Ok(Claim::Held(Lease {
+                holder: holder.to_string(),
+                term,
+                duration,
+            }))
         })
     }
 
-    fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), LeaseError>> {
+    fn release<'a>(
+        &'a self,
+        app: &'a str,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
         Box::pin(async move {
             let mut inner = self.lock();
             if inner.leases.get(app).is_some_and(|l| l.holder == holder) {
@@ -144,11 +172,17 @@ impl StateStore for MemoryStore {
         &self.model
     }
 
-    fn add_application<'a>(&'a self, app: ApplicationRecord) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn add_application<'a>(
+        &'a self,
+        app: ApplicationRecord,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let mut inner = self.lock();
             if inner.apps.contains_key(&app.name) {
-                return Err(StoreError::AlreadyExists(format!("application {}", app.name)));
+                return Err(StoreError::AlreadyExists(format!(
+                    "application {}",
+                    app.name
+                )));
             }
             inner.apps.insert(
                 app.name.clone(),
@@ -165,7 +199,10 @@ impl StateStore for MemoryStore {
         })
     }
 
-    fn application<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>> {
+    fn application<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>> {
         Box::pin(async move {
             let inner = self.lock();
             inner
@@ -177,13 +214,23 @@ impl StateStore for MemoryStore {
     }
 
     fn applications(&self) -> BoxFuture<'_, Result<Vec<ApplicationRecord>, StoreError>> {
-        Box::pin(async move { Ok(self.lock().apps.values().map(|a| a.record.clone()).collect()) })
+        Box::pin(async move {
+            Ok(self
+                .lock()
+                .apps
+                .values()
+                .map(|a| a.record.clone())
+                .collect())
+        })
     }
 
     fn add_unit<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
         Box::pin(async move {
             let mut inner = self.lock();
-            let entry = inner.apps.get_mut(app).ok_or_else(|| not_found(format!("application {app}")))?;
+            let entry = inner
+                .apps
+                .get_mut(app)
+                .ok_or_else(|| not_found(format!("application {app}")))?;
             let name = format!("{app}/{}", entry.next_unit);
             entry.next_unit += 1;
             entry.units.push(name.clone());
@@ -215,29 +262,57 @@ impl StateStore for MemoryStore {
                     return Err(not_found(format!("application {}", e.app)));
                 }
             }
-            if let Some(existing) = inner.relations.values().find(|r| r.record.endpoints == endpoints) {
-                return Err(StoreError::AlreadyExists(format!("relation {}", existing.record.id)));
+            if let Some(existing) = inner
+                .relations
+                .values()
+                .find(|r| r.record.endpoints == endpoints)
+            {
+                return Err(StoreError::AlreadyExists(format!(
+                    "relation {}",
+                    existing.record.id
+                )));
             }
             inner.next_relation += 1;
-            let record = RelationRecord { id: inner.next_relation, interface: interface.to_string(), endpoints };
+            let record = RelationRecord {
+                id: inner.next_relation,
+                interface: interface.to_string(),
+                endpoints,
+            };
             inner.relations.insert(
                 record.id,
-                RelationEntry { record: record.clone(), unit_bags: BTreeMap::new(), app_bags: BTreeMap::new() },
+                RelationEntry {
+                    record: record.clone(),
+                    unit_bags: BTreeMap::new(),
+                    app_bags: BTreeMap::new(),
+                },
             );
             Ok(record)
         })
     }
 
     fn relations(&self) -> BoxFuture<'_, Result<Vec<RelationRecord>, StoreError>> {
-        Box::pin(async move { Ok(self.lock().relations.values().map(|r| r.record.clone()).collect()) })
+        Box::pin(async move {
+            Ok(self
+                .lock()
+                .relations
+                .values()
+                .map(|r| r.record.clone())
+                .collect())
+        })
     }
 
     fn snapshot<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitSnapshot, StoreError>> {
         Box::pin(async move {
             let inner = self.lock();
             let app_name = app_of(unit);
-            let u = inner.units.get(unit).ok_or_else(|| not_found(format!("unit {unit}")))?;
-            let app = inner.apps.get(app_name).ok_or_else(|| not_found(format!("application {app_name}")))?;
+            let u = inner
+                .units
+                .get(unit)
+                .ok_or_else(|| not_found(format!("unit {unit}")))?;
+            let app = inner
+                .apps
+                .get(app_name)
+                .ok_or_else(|| not_found(format!("application {app_name}")))?;
             let mut config = BTreeMap::new();
             for option in &app.record.metadata.config {
                 if let Some(d) = &option.default {
@@ -247,21 +322,35 @@ impl StateStore for MemoryStore {
             config.extend(app.record.config.clone());
             let mut relations = BTreeMap::new();
             for rel in inner.relations.values() {
-                let (Some(local), Some(remote)) = (rel.record.local(app_name), rel.record.remote(app_name)) else {
+                let (Some(local), Some(remote)) =
+                    (rel.record.local(app_name), rel.record.remote(app_name))
+                else {
                     continue;
                 };
                 let remote_units: Vec<String> = inner
                     .apps
                     .get(&remote.app)
-                    .map(|a| a.units.iter().filter(|u| u.as_str() != unit).cloned().collect())
+                    .map(|a| {
+                        a.units
+                            .iter()
+                            .filter(|u| u.as_str() != unit)
+                            .cloned()
+                            .collect()
+                    })
                     .unwrap_or_default();
                 let mut unit_bags = BTreeMap::new();
                 for name in remote_units.iter().map(String::as_str).chain([unit]) {
-                    unit_bags.insert(name.to_string(), rel.unit_bags.get(name).cloned().unwrap_or_default());
+                    unit_bags.insert(
+                        name.to_string(),
+                        rel.unit_bags.get(name).cloned().unwrap_or_default(),
+                    );
                 }
                 let mut app_bags = BTreeMap::new();
                 for name in [app_name, remote.app.as_str()] {
-                    app_bags.insert(name.to_string(), rel.app_bags.get(name).cloned().unwrap_or_default());
+                    app_bags.insert(
+                        name.to_string(),
+                        rel.app_bags.get(name).cloned().unwrap_or_default(),
+                    );
                 }
                 relations.insert(
                     rel.record.id,
@@ -307,7 +396,9 @@ impl StateStore for MemoryStore {
                 Some(f) => {
                     let holds = f.app == app_name
                         && f.holder == unit
-                        && inner.live_lease(&f.app, now).is_some_and(|l| l.holder == f.holder && l.term == f.term);
+                        && inner
+                            .live_lease(&f.app, now)
+                            .is_some_and(|l| l.holder == f.holder && l.term == f.term);
                     if !holds {
                         return Err(CommitError::Fenced { fence: f.clone() });
                     }
@@ -316,7 +407,10 @@ impl StateStore for MemoryStore {
                 None => {}
             }
             for id in changes.unit_bags.keys().chain(changes.app_bags.keys()) {
-                let visible = inner.relations.get(id).is_some_and(|r| r.record.local(&app_name).is_some());
+                let visible = inner
+                    .relations
+                    .get(id)
+                    .is_some_and(|r| r.record.local(&app_name).is_some());
                 if !visible {
                     return Err(not_found(format!("relation {id}")).into());
                 }
@@ -335,16 +429,18 @@ impl StateStore for MemoryStore {
                     receipt.app_bags_changed.push(*id);
                 }
             }
-            let app = inner.apps.get_mut(&app_name).expect("a unit's application exists");
+            let app = inner
+                .apps
+                .get_mut(&app_name)
+                .expect("a unit's application exists");
             receipt.leader_data_changed = apply_writes(&mut app.leader_data, &changes.leader_data);
             if let Some(status) = &changes.app_status {
                 app.status = status.clone();
             }
             if let Some(write) = &changes.pod_spec {
-                let unchanged = app
-                    .pod_spec
-                    .as_ref()
-                    .is_some_and(|p| p.spec == write.spec && p.k8s_resources == write.k8s_resources);
+                let unchanged = app.pod_spec.as_ref().is_some_and(|p| {
+                    p.spec == write.spec && p.k8s_resources == write.k8s_resources
+                });
                 if !unchanged {
                     let revision = app.pod_spec.as_ref().map_or(1, |p| p.revision + 1);
                     app.pod_spec = Some(PodSpecRecord {
@@ -374,16 +470,25 @@ impl StateStore for MemoryStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let mut inner = self.lock();
-            let u = inner.units.get_mut(unit).ok_or_else(|| not_found(format!("unit {unit}")))?;
+            let u = inner
+                .units
+                .get_mut(unit)
+                .ok_or_else(|| not_found(format!("unit {unit}")))?;
             u.hook_error = error;
             Ok(())
         })
     }
 
-    fn pod_spec<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>> {
+    fn pod_spec<'a>(
+        &'a self,
+        app: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>> {
         Box::pin(async move {
             let inner = self.lock();
-            let a = inner.apps.get(app).ok_or_else(|| not_found(format!("application {app}")))?;
+            let a = inner
+                .apps
+                .get(app)
+                .ok_or_else(|| not_found(format!("application {app}")))?;
             Ok(a.pod_spec.clone())
         })
     }

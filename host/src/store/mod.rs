@@ -15,7 +15,8 @@ pub use lease::{Claim, Lease, LeaseError, LeaseStore};
 pub use memory::MemoryStore;
 pub use sqlite::SqliteStore;
 pub use state::{
-    AppStatusRow, CommitError, CommitReceipt, Fence, ModelStatus, StateStore, StoreError, UnitStatusRow,
+    AppStatusRow, CommitError, CommitReceipt, Fence, ModelStatus, StateStore, StoreError,
+    UnitStatusRow,
 };
 
 use std::future::Future;

@@ -165,7 +165,6 @@ impl SqliteStore {
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(|e| open_err(path, e))?;
         conn.busy_timeout(BUSY_TIMEOUT).db()?;
@@ -235,9 +234,7 @@ fn check_header(path: &Path) -> Result<bool, StoreError> {
 /// Checks an existing file on a read-only connection, so that refusing it writes nothing
 /// (a read-write connection would set WAL mode, and checkpoint on close).
 fn probe(path: &Path) -> Result<(), StoreError> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
-        | OpenFlags::SQLITE_OPEN_URI
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(|e| open_err(path, e))?;
     conn.busy_timeout(BUSY_TIMEOUT).db()?;
     let version: i32 = conn
@@ -255,10 +252,16 @@ fn probe(path: &Path) -> Result<(), StoreError> {
 }
 
 fn check_version(path: &Path, version: i32, tables: i64) -> Result<(), StoreError> {
-    if !(0..=SCHEMA_VERSION).contains(&version) {
+    if version > SCHEMA_VERSION {
         return Err(StoreError::Incompatible(format!(
             "{} has schema version {version}, but this host knows versions up to {SCHEMA_VERSION}: \
              it was written by a newer charm-host",
+            path.display()
+        )));
+    }
+    if version < 0 {
+        return Err(StoreError::Incompatible(format!(
+            "{} has schema version {version}, which no charm-host writes",
             path.display()
         )));
     }
@@ -320,7 +323,8 @@ fn bind_model(conn: &mut Connection, model: &str) -> Result<(), StoreError> {
         .db()?;
     if stored != model {
         return Err(StoreError::Incompatible(format!(
-            "the store holds model {stored:?}, not {model:?}"
+            "{} holds model {stored:?}, not {model:?}",
+            tx.path().unwrap_or(":memory:")
         )));
     }
     tx.commit().db()
@@ -343,7 +347,11 @@ impl<T> Db<T> for rusqlite::Result<T> {
 }
 
 fn lease_err(e: StoreError) -> LeaseError {
-    LeaseError::Unavailable(e.to_string())
+    // Whatever went wrong, the claimant must not read it as a denial.
+    LeaseError::Unavailable(match e {
+        StoreError::Unavailable(message) => message,
+        other => other.to_string(),
+    })
 }
 
 fn not_found(what: impl Into<String>) -> StoreError {
@@ -373,7 +381,8 @@ fn ceil_ms(t: Duration) -> i64 {
     i64::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX)
 }
 
-fn term_of(raw: i64) -> u64 {
+/// A stored count (term, revision): never negative, as this module writes them.
+fn to_u64(raw: i64) -> u64 {
     raw.max(0) as u64
 }
 
@@ -393,7 +402,7 @@ fn live_lease(conn: &Connection, app: &str, now_ms: i64) -> Result<Option<LeaseR
     .query_row(rusqlite::params![app, now_ms], |r| {
         Ok(LeaseRow {
             holder: r.get(0)?,
-            term: term_of(r.get(1)?),
+            term: to_u64(r.get(1)?),
             expiry_ms: r.get(2)?,
         })
     })
@@ -457,7 +466,7 @@ impl LeaseStore for SqliteStore {
                     .map_err(lease_err)?;
                     Claim::Held(Lease {
                         holder: holder.to_string(),
-                        term: term_of(term),
+                        term: to_u64(term),
                         duration,
                     })
                 }
@@ -784,7 +793,7 @@ fn commit_in(
             )
             .and_then(|mut s| s.execute(rusqlite::params![app, revision, spec, resources]))
             .db()?;
-            receipt.pod_spec_revision = Some(term_of(revision));
+            receipt.pod_spec_revision = Some(to_u64(revision));
         }
     }
     if let Some(status) = &changes.unit_status {
@@ -934,7 +943,7 @@ fn status_in(conn: &Connection) -> Result<ModelStatus, StoreError> {
     for (name, charm, app_status, revision, holder, term, expiry_ms) in apps {
         let lease = match (holder, term, expiry_ms) {
             (Some(holder), Some(term), Some(expiry_ms)) if expiry_ms > now_ms => {
-                Some((holder, term_of(term)))
+                Some((holder, to_u64(term)))
             }
             _ => None,
         };
@@ -962,7 +971,7 @@ fn status_in(conn: &Connection) -> Result<ModelStatus, StoreError> {
             charm,
             leader: lease.as_ref().map(|(h, _)| h.clone()),
             term: lease.map(|(_, t)| t),
-            pod_spec_revision: revision.map(term_of),
+            pod_spec_revision: revision.map(to_u64),
         });
     }
     Ok(status)
@@ -1194,7 +1203,7 @@ impl StateStore for SqliteStore {
                 .db()?;
             row.map(|(revision, spec, resources)| {
                 Ok(PodSpecRecord {
-                    revision: term_of(revision),
+                    revision: to_u64(revision),
                     spec: decode(&format!("pod spec of {app}"), &spec)?,
                     k8s_resources: resources
                         .map(|r| decode(&format!("k8s resources of {app}"), &r))

@@ -2,8 +2,8 @@ use serde::{Deserialize, Serialize};
 
 use super::BoxFuture;
 use crate::model::{
-    ApplicationRecord, Changes, PodSpecRecord, RelationEndpoint, RelationId, RelationRecord, Status,
-    UnitSnapshot,
+    ApplicationRecord, Changes, PodSpecRecord, RelationEndpoint, RelationId, RelationRecord,
+    Status, UnitSnapshot,
 };
 
 /// The leadership a commit depends on: the application's lease must still have this holder
@@ -115,10 +115,16 @@ pub trait StateStore: Send + Sync {
     fn model_name(&self) -> &str;
 
     /// Adds an application. An existing one with the same name is an error.
-    fn add_application<'a>(&'a self, app: ApplicationRecord) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn add_application<'a>(
+        &'a self,
+        app: ApplicationRecord,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// The application with this name.
-    fn application<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>>;
+    fn application<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>>;
 
     /// Every application, by name.
     fn applications(&self) -> BoxFuture<'_, Result<Vec<ApplicationRecord>, StoreError>>;
@@ -160,7 +166,10 @@ pub trait StateStore: Send + Sync {
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// The application's pod spec, if it has one.
-    fn pod_spec<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>>;
+    fn pod_spec<'a>(
+        &'a self,
+        app: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>>;
 
     /// The status of every application and unit.
     fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>>;

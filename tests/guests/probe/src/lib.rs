@@ -22,10 +22,14 @@ fn record<T: std::fmt::Debug>(model: &Model, key: &str, value: &T) -> HookResult
 /// Writes something of every kind, so a test can check that none of it is applied.
 fn write_everything(model: &Model) -> HookResult {
     model.stored().set("written", &true)?;
-    model.unit().set_status(Status::active("must not be applied"))?;
+    model
+        .unit()
+        .set_status(Status::active("must not be applied"))?;
     if model.is_leader() {
         model.leader_data().set("written", "yes")?;
-        model.pod().set_spec(&PodSpec::new().container(charm_sdk::Container::new("probe", "busybox")))?;
+        model
+            .pod()
+            .set_spec(&PodSpec::new().container(charm_sdk::Container::new("probe", "busybox")))?;
     }
     Ok(())
 }
@@ -36,7 +40,11 @@ impl Charm for Probe {
             .summary("Test charm")
             .requires("db", "pgsql")
             .string_option("mode", Some("ok"), "What to do")
-            .int_option("spin_ms", Some(0), "How long the spin mode keeps the CPU busy")
+            .int_option(
+                "spin_ms",
+                Some(0),
+                "How long the spin mode keeps the CPU busy",
+            )
     }
 
     fn handle(model: &Model, event: Event) -> HookResult {
@@ -60,7 +68,8 @@ impl Charm for Probe {
             ("spin", Event::Start) => {
                 let leader = model.is_leader();
                 let spin_ms: i64 = model.config().get("spin_ms")?;
-                let until = std::time::Instant::now() + std::time::Duration::from_millis(spin_ms as u64);
+                let until =
+                    std::time::Instant::now() + std::time::Duration::from_millis(spin_ms as u64);
                 while std::time::Instant::now() < until {
                     std::hint::spin_loop();
                 }
@@ -88,7 +97,11 @@ impl Charm for Probe {
             ("pod-spec-errors", Event::Start) => {
                 record(model, "leader", &model.is_leader())?;
                 for (i, spec) in BAD_SPECS.iter().enumerate() {
-                    record(model, &format!("pod-spec-{i}"), &model.pod().set_spec_raw(spec, None))?;
+                    record(
+                        model,
+                        &format!("pod-spec-{i}"),
+                        &model.pod().set_spec_raw(spec, None),
+                    )?;
                 }
                 Ok(())
             }
@@ -99,19 +112,44 @@ impl Charm for Probe {
                 };
                 let leader = model.is_leader();
                 record(model, "leader", &leader)?;
-                record(model, "write-remote-unit-bag", &relation.unit_data(&remote)?.set("k", "v"))?;
-                record(model, "write-own-unit-bag", &relation.local_unit_data()?.set("k", "v"))?;
-                record(model, "write-remote-app-bag", &relation.remote_app_data()?.set("k", "v"))?;
+                record(
+                    model,
+                    "write-remote-unit-bag",
+                    &relation.unit_data(&remote)?.set("k", "v"),
+                )?;
+                record(
+                    model,
+                    "write-own-unit-bag",
+                    &relation.local_unit_data()?.set("k", "v"),
+                )?;
+                record(
+                    model,
+                    "write-remote-app-bag",
+                    &relation.remote_app_data()?.set("k", "v"),
+                )?;
                 let own_app = relation.local_app_data();
                 record(model, "read-own-app-bag", &own_app.as_ref().map(|_| ()))?;
                 if let Ok(mut bag) = own_app {
                     record(model, "write-own-app-bag", &bag.set("k", "v"))?;
                 } else {
                     // A non-leader cannot even read it: ask the host to write it directly.
-                    let raw = charm_sdk::wit::juju::charm::relations::set_app_data(rel.id, model.app().name(), "k", Some("v"));
-                    record(model, "write-own-app-bag", &raw.map_err(charm_sdk::Error::from))?;
+                    let raw = charm_sdk::wit::juju::charm::relations::set_app_data(
+                        rel.id,
+                        model.app().name(),
+                        "k",
+                        Some("v"),
+                    );
+                    record(
+                        model,
+                        "write-own-app-bag",
+                        &raw.map_err(charm_sdk::Error::from),
+                    )?;
                 }
-                record(model, "remote-master", &relation.remote_app_data()?.get("master").map(str::to_owned))?;
+                record(
+                    model,
+                    "remote-master",
+                    &relation.remote_app_data()?.get("master").map(str::to_owned),
+                )?;
                 Ok(())
             }
             _ => Ok(()),
