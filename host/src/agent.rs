@@ -14,7 +14,7 @@ use crate::context::Interruption;
 use crate::controller::Shared;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
 use crate::model::{Hook, RelationHook, UnitSnapshot};
-use crate::store::{BoxFuture, CommitError, CommitReceipt, Fence, Store};
+use crate::store::{BoxFuture, CommitError, Committed, Fence, QueuedHook, Store};
 
 /// What runs a hook: a compiled charm in wasmtime, or (in the simulation) a native
 /// stand-in that goes through the same hook context and imports.
@@ -138,24 +138,50 @@ pub(crate) struct UnitAgent {
     pub(crate) executor: Arc<dyn HookExecutor>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) shared: Arc<Shared>,
-    pub(crate) inbox: mpsc::UnboundedReceiver<Hook>,
-    pub(crate) queue: VecDeque<Hook>,
+    pub(crate) inbox: mpsc::UnboundedReceiver<QueuedHook>,
+    /// The unit's queue as loaded from the store, then as notified.
+    pub(crate) queue: VecDeque<Pending>,
     pub(crate) retry: RetryPolicy,
     pub(crate) leadership: LeadershipConfig,
-    /// Whether the unit ran install already (a unit resumed from the store has).
-    pub(crate) installed: bool,
-    /// The term for which leader-elected already ran, if the unit resumes as leader.
+    /// The last term for which leader-elected ran (from the store).
     pub(crate) elected_term: Option<u64>,
+    /// How often an idle agent looks in the store for hooks other hosts queued.
+    pub(crate) poll: Option<Duration>,
+}
+
+/// A hook in the agent's queue: one the store queued (`seq`), or one the agent generated
+/// (leader-elected, `seq: None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Pending {
+    pub(crate) seq: Option<u64>,
+    pub(crate) hook: Hook,
+}
+
+impl From<QueuedHook> for Pending {
+    fn from(q: QueuedHook) -> Self {
+        Pending {
+            seq: Some(q.seq),
+            hook: q.hook,
+        }
+    }
 }
 
 impl UnitAgent {
-    fn accept(&mut self, hook: Hook) {
-        // Juju coalesces: a hook already waiting need not be queued twice.
-        if self.queue.iter().skip(1).any(|h| *h == hook) {
+    fn accept(&mut self, queued: QueuedHook) {
+        // The store coalesced already; this only drops a notice of a hook loaded from the
+        // store too. Keep the store's order behind the head, which may be running.
+        if self.queue.iter().any(|p| p.seq == Some(queued.seq)) {
             self.shared.pending.done(1);
-        } else {
-            self.queue.push_back(hook);
+            return;
         }
+        let at = self
+            .queue
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|(_, p)| p.seq.is_some_and(|s| s > queued.seq))
+            .map_or(self.queue.len(), |(i, _)| i);
+        self.queue.insert(at, queued.into());
     }
 
     pub(crate) async fn run(mut self, tracker: LeadershipTracker) {
@@ -167,7 +193,6 @@ impl UnitAgent {
             leadership.wait_for(|l| *l != Leadership::Unknown),
         )
         .await;
-        let mut installed = self.installed;
         let mut elected_term = self.elected_term;
         let mut failures = 0u32;
         loop {
@@ -176,28 +201,46 @@ impl UnitAgent {
             }
             let current = leadership.borrow_and_update().clone();
             match current {
-                Leadership::Leader { term, .. } if installed && elected_term != Some(term) => {
+                // After install (Juju's order), once per term: the store records the term
+                // with the hook's commit, so a restarted host does not run it twice.
+                Leadership::Leader { term, .. }
+                    if elected_term != Some(term)
+                        && !self
+                            .queue
+                            .iter()
+                            .any(|p| p.hook == Hook::Install || p.hook == Hook::LeaderElected) =>
+                {
                     elected_term = Some(term);
                     self.shared.pending.add(1);
                     // Before anything else queued, but never ahead of a hook being retried.
                     let at = if failures > 0 { 1 } else { 0 };
-                    self.queue
-                        .insert(at.min(self.queue.len()), Hook::LeaderElected);
+                    let elected = Pending {
+                        seq: None,
+                        hook: Hook::LeaderElected,
+                    };
+                    self.queue.insert(at.min(self.queue.len()), elected);
                 }
-                Leadership::Follower { .. } => elected_term = None,
                 _ => {}
             }
-            let Some(hook) = self.queue.front().cloned() else {
+            let Some(Pending { seq, hook }) = self.queue.front().cloned() else {
+                let poll = self.poll;
                 tokio::select! {
                     hook = self.inbox.recv() => match hook {
                         Some(hook) => self.accept(hook),
                         None => return,
                     },
                     _ = leadership.changed() => {}
+                    // Hooks queued by another host sharing the store reach no mailbox here.
+                    _ = async move {
+                        match poll {
+                            Some(every) => sleep(every).await,
+                            None => std::future::pending().await,
+                        }
+                    } => self.poll_store().await,
                 }
                 continue;
             };
-            match self.attempt(&hook, &tracker).await {
+            match self.attempt(seq, &hook, &tracker).await {
                 Ok(()) => {
                     self.queue.pop_front();
                     self.shared.pending.done(1);
@@ -205,7 +248,6 @@ impl UnitAgent {
                         let _ = self.store.set_hook_error(&self.unit, None).await;
                     }
                     failures = 0;
-                    installed |= hook == Hook::Install;
                 }
                 Err(Failure::Transient(_, why)) => {
                     tracing::info!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
@@ -227,6 +269,17 @@ impl UnitAgent {
         }
     }
 
+    /// Takes up hooks the store holds for this unit that this agent has not seen.
+    async fn poll_store(&mut self) {
+        let Ok(queued) = self.store.queued(&self.unit).await else {
+            return;
+        };
+        for hook in queued {
+            self.shared.pending.add(1);
+            self.accept(hook);
+        }
+    }
+
     /// Stops running hooks, in error; what arrives from now on is dropped.
     async fn halt(&mut self) {
         self.shared.pending.done(self.queue.len());
@@ -236,7 +289,12 @@ impl UnitAgent {
         }
     }
 
-    async fn attempt(&mut self, hook: &Hook, tracker: &LeadershipTracker) -> Result<(), Failure> {
+    async fn attempt(
+        &mut self,
+        seq: Option<u64>,
+        hook: &Hook,
+        tracker: &LeadershipTracker,
+    ) -> Result<(), Failure> {
         let snapshot = self
             .store
             .snapshot(&self.unit)
@@ -265,10 +323,13 @@ impl UnitAgent {
             None => (None, None),
         };
         let started = Instant::now();
-        let run = self
+        let mut run = self
             .executor
             .execute(snapshot, fence.clone(), guarantee.clone(), hook.clone())
             .await;
+        if *hook == Hook::LeaderElected {
+            run.changes.elected_term = fence.as_ref().map(|f| f.term);
+        }
         let refused_not_leader = run.leadership_refusals > 0;
         let mut record = HookRecord {
             unit: self.unit.clone(),
@@ -291,15 +352,16 @@ impl UnitAgent {
                         HookResultKind::Interrupted,
                         "leadership guarantee ended before the commit".into(),
                     ))
-                } else if run.changes.is_empty() {
-                    Ok(CommitReceipt::default())
                 } else {
+                    // Even with nothing written, the commit takes the hook off the queue.
                     match self
                         .store
-                        .commit(&self.unit, &run.changes, fence.as_ref())
+                        .commit(&self.unit, seq, &run.changes, fence.as_ref())
                         .await
                     {
-                        Ok(receipt) => Ok(receipt),
+                        Ok(committed) => Ok(committed),
+                        // A host that crashed after this commit applied it already.
+                        Err(CommitError::NotQueued { .. }) => Ok(Committed::default()),
                         Err(e @ CommitError::Fenced { .. }) => {
                             Err(Failure::Transient(HookResultKind::Fenced, e.to_string()))
                         }
@@ -323,11 +385,17 @@ impl UnitAgent {
             ))),
         };
         match result {
-            Ok(receipt) => {
-                record.pod_spec_revision = receipt.pod_spec_revision;
-                tracing::debug!(unit = %self.unit, hook = %record.hook, leader = record.leader, "hook committed");
+            Ok(committed) => {
+                record.pod_spec_revision = committed.receipt.pod_spec_revision;
+                tracing::debug!(
+                    unit = %self.unit,
+                    hook = %record.hook,
+                    leader = record.leader,
+                    pod_spec_revision = record.pod_spec_revision.unwrap_or(0),
+                    "hook committed"
+                );
                 self.shared.record(record);
-                self.shared.route(&self.unit, &receipt).await;
+                self.shared.notify(committed.queued);
                 Ok(())
             }
             Err(failure) => {

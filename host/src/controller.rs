@@ -11,10 +11,10 @@ use crate::agent::{HookExecutor, HookRecord, RetryPolicy, UnitAgent};
 use crate::charm::Charm;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
 use crate::model::{
-    ApplicationRecord, CharmMetadata, ConfigValue, Hook, RelationEndpoint, RelationHook,
-    RelationRecord, RelationRole, app_of,
+    ApplicationRecord, CharmMetadata, ConfigValue, Hook, RelationEndpoint, RelationRecord,
+    RelationRole, app_of,
 };
-use crate::store::{CommitReceipt, ModelStatus, Store, StoreError};
+use crate::store::{ModelStatus, QueuedHook, Store, StoreError};
 
 /// Called with every hook run, as it ends.
 #[derive(Clone)]
@@ -39,6 +39,12 @@ pub struct ControllerConfig {
     pub record_history: bool,
     /// Seeds the lease retry jitter; `None` seeds from the operating system.
     pub seed: Option<u64>,
+    /// The units this controller runs agents for; `None` for all. Several hosts sharing a
+    /// store each run some units of the same applications.
+    pub hosted_units: Option<Vec<String>>,
+    /// How often idle agents look in the store for hooks queued by other hosts; `None`
+    /// when this controller is the store's only host.
+    pub poll_interval: Option<Duration>,
 }
 
 /// A stable 64-bit hash (FNV-1a), to derive per-unit seeds.
@@ -95,7 +101,7 @@ impl Pending {
 /// What the controller and its agents share.
 pub(crate) struct Shared {
     store: Arc<dyn Store>,
-    mailboxes: Mutex<BTreeMap<String, mpsc::UnboundedSender<Hook>>>,
+    mailboxes: Mutex<BTreeMap<String, mpsc::UnboundedSender<QueuedHook>>>,
     pub(crate) pending: Pending,
     pub(crate) guarantee_margin: Duration,
     history: Option<Mutex<Vec<HookRecord>>>,
@@ -115,68 +121,19 @@ impl Shared {
         }
     }
 
-    fn enqueue(&self, unit: &str, hook: Hook) {
+    /// Hands hooks the store queued to their units' agents.
+    pub(crate) fn notify(&self, queued: Vec<QueuedHook>) {
         let mailboxes = self.mailboxes.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(tx) = mailboxes.get(unit) {
-            self.pending.add(1);
-            if tx.send(hook).is_err() {
-                self.pending.done(1);
-            }
-        }
-    }
-
-    /// Fires the hooks Juju fires on other units after `unit`'s commit.
-    pub(crate) async fn route(&self, unit: &str, receipt: &CommitReceipt) {
-        if receipt.unit_bags_changed.is_empty()
-            && receipt.app_bags_changed.is_empty()
-            && !receipt.leader_data_changed
-        {
-            return;
-        }
-        let app = app_of(unit);
-        let relations = match self.store.relations().await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(%unit, "cannot route relation changes: {e}");
-                return;
-            }
-        };
-        let changed = receipt
-            .unit_bags_changed
-            .iter()
-            .map(|id| (*id, Some(unit.to_string())))
-            .chain(receipt.app_bags_changed.iter().map(|id| (*id, None)));
-        for (id, remote_unit) in changed {
-            let Some(rel) = relations.iter().find(|r| r.id == id) else {
-                continue;
-            };
-            let Some(remote) = rel.remote(app) else {
-                continue;
-            };
-            for target in self.units(&remote.app).await {
-                if target == unit {
-                    continue;
-                }
-                let hook = RelationHook {
-                    id,
-                    endpoint: remote.endpoint.clone(),
-                    remote_app: app.to_string(),
-                    remote_unit: remote_unit.clone(),
-                };
-                self.enqueue(&target, Hook::RelationChanged(hook));
-            }
-        }
-        if receipt.leader_data_changed {
-            for target in self.units(app).await {
-                if target != unit {
-                    self.enqueue(&target, Hook::LeaderSettingsChanged);
+        for hook in queued {
+            // A unit with no agent here (crashed, or run by another host) finds the hook
+            // in the store when its agent starts.
+            if let Some(tx) = mailboxes.get(&hook.unit) {
+                self.pending.add(1);
+                if tx.send(hook).is_err() {
+                    self.pending.done(1);
                 }
             }
         }
-    }
-
-    async fn units(&self, app: &str) -> Vec<String> {
-        self.store.units(app).await.unwrap_or_default()
     }
 }
 
@@ -252,7 +209,7 @@ impl Controller {
         units: u32,
     ) -> Result<Vec<String>, ControllerError> {
         match self.shared.store.application(app).await {
-            Ok(existing) => return self.resume(existing, executor).await,
+            Ok(existing) => return self.resume(existing, executor, units).await,
             Err(StoreError::NotFound(_)) => {}
             Err(e) => return Err(e.into()),
         }
@@ -274,66 +231,88 @@ impl Controller {
                 })?;
             settings.insert(name, value);
         }
-        self.shared
-            .store
-            .add_application(ApplicationRecord {
-                name: app.to_string(),
-                charm: charm_ref.to_string(),
-                metadata,
-                config: settings,
-            })
-            .await?;
+        let record = ApplicationRecord {
+            name: app.to_string(),
+            charm: charm_ref.to_string(),
+            metadata,
+            config: settings,
+        };
+        match self.shared.store.add_application(record.clone()).await {
+            Ok(()) => {}
+            // Another host sharing the store deployed it first.
+            Err(StoreError::AlreadyExists(_)) => return self.resume(record, executor, units).await,
+            Err(e) => return Err(e.into()),
+        }
         self.executors
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(app.to_string(), executor.clone());
         let mut names = Vec::new();
         for _ in 0..units {
+            // The store queues the unit's install, config-changed and start with it.
             let unit = self.shared.store.add_unit(app).await?;
-            let initial = vec![Hook::Install, Hook::ConfigChanged, Hook::Start];
-            self.start_agent(&unit, executor.clone(), initial, false, None);
+            self.start_agent(&unit, executor.clone()).await?;
             names.push(unit);
         }
         Ok(names)
     }
 
     /// Starts the agents of an application the store already has: nothing is deployed
-    /// again and install does not run again.
+    /// again and install does not run again. Units a crashed deployment did not get to add
+    /// are added now.
     async fn resume(
         &self,
         app: ApplicationRecord,
         executor: Arc<dyn HookExecutor>,
+        wanted: u32,
     ) -> Result<Vec<String>, ControllerError> {
         tracing::info!(app = %app.name, "resuming from the store");
         self.executors
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(app.name.clone(), executor.clone());
-        // A unit that still holds its lease already ran leader-elected for that term.
-        let lease = self.shared.store.leader(&app.name).await.ok().flatten();
-        let units = self.shared.store.units(&app.name).await?;
+        let mut units = self.shared.store.units(&app.name).await?;
+        while units.len() < wanted as usize {
+            units.push(self.shared.store.add_unit(&app.name).await?);
+        }
         for unit in &units {
-            let elected = lease.as_ref().filter(|l| l.holder == *unit).map(|l| l.term);
-            self.start_agent(unit, executor.clone(), Vec::new(), true, elected);
+            self.start_agent(unit, executor.clone()).await?;
         }
         Ok(units)
     }
 
-    fn start_agent(
+    /// Starts a unit's agent on the queue the store holds for it.
+    async fn start_agent(
         &self,
         unit: &str,
         executor: Arc<dyn HookExecutor>,
-        initial: Vec<Hook>,
-        installed: bool,
-        elected_term: Option<u64>,
-    ) {
+    ) -> Result<(), StoreError> {
+        if self
+            .config
+            .hosted_units
+            .as_ref()
+            .is_some_and(|hosted| !hosted.iter().any(|u| u == unit))
+        {
+            return Ok(());
+        }
         let (tx, inbox) = mpsc::unbounded_channel();
-        self.shared.pending.add(initial.len());
+        // The mailbox first, so no hook queued from now on is missed; one also loaded
+        // below is dropped by the agent as a duplicate.
         self.shared
             .mailboxes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(unit.to_string(), tx);
+        let queue: VecDeque<_> = self
+            .shared
+            .store
+            .queued(unit)
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        let elected_term = self.shared.store.snapshot(unit).await?.elected_term;
+        self.shared.pending.add(queue.len());
         let lease_store: Arc<dyn crate::store::LeaseStore> = self.shared.store.clone();
         let seed = self.seed ^ fnv1a(unit);
         let tracker = LeadershipTracker::spawn(
@@ -353,17 +332,18 @@ impl Controller {
             store: self.shared.store.clone(),
             shared: self.shared.clone(),
             inbox,
-            queue: VecDeque::from(initial),
+            queue,
             retry: self.config.retry.clone(),
             leadership: self.config.leadership.clone(),
-            installed,
             elected_term,
+            poll: self.config.poll_interval,
         };
         let task = tokio::spawn(agent.run(tracker));
         self.trackers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(unit.to_string(), task.abort_handle());
+        Ok(())
     }
 
     /// Relates two endpoints, given as `(app, endpoint)`, and fires relation-created,
@@ -423,31 +403,13 @@ impl Controller {
         if let Some(existing) = existing {
             return Ok(existing);
         }
-        let record = self
+        // The store queues relation-created, -joined and -changed with the relation.
+        let (record, queued) = self
             .shared
             .store
             .add_relation(&ep_a.interface, endpoints)
             .await?;
-        let sides = [(a, b), (b, a)];
-        for ((local_app, local_ep), (remote_app, _)) in sides {
-            let remote_units = self.shared.units(remote_app).await;
-            for unit in self.shared.units(local_app).await {
-                let hook = |remote_unit: Option<&String>| RelationHook {
-                    id: record.id,
-                    endpoint: local_ep.to_string(),
-                    remote_app: remote_app.to_string(),
-                    remote_unit: remote_unit.cloned(),
-                };
-                self.shared
-                    .enqueue(&unit, Hook::RelationCreated(hook(None)));
-                for remote in &remote_units {
-                    self.shared
-                        .enqueue(&unit, Hook::RelationJoined(hook(Some(remote))));
-                    self.shared
-                        .enqueue(&unit, Hook::RelationChanged(hook(Some(remote))));
-                }
-            }
-        }
+        self.shared.notify(queued);
         Ok(record)
     }
 
@@ -493,22 +455,29 @@ impl Controller {
             .remove(unit);
     }
 
-    /// Starts a crashed unit's agent again, with nothing queued.
-    pub fn restart_unit(&self, unit: &str) {
+    /// Starts a crashed unit's agent again, on the queue the store kept for it.
+    pub async fn restart_unit(&self, unit: &str) -> Result<(), StoreError> {
         let executor = self
             .executors
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(app_of(unit))
             .cloned();
-        if let Some(executor) = executor {
-            self.start_agent(unit, executor, Vec::new(), true, None);
+        match executor {
+            Some(executor) => self.start_agent(unit, executor).await,
+            None => Err(StoreError::NotFound(format!("application of {unit}"))),
         }
     }
 
     /// Queues a hook on a unit.
-    pub fn enqueue(&self, unit: &str, hook: Hook) {
-        self.shared.enqueue(unit, hook);
+    pub async fn enqueue(&self, unit: &str, hook: Hook) -> Result<(), StoreError> {
+        let queued = self
+            .shared
+            .store
+            .enqueue(vec![(unit.to_string(), hook)])
+            .await?;
+        self.shared.notify(queued);
+        Ok(())
     }
 
     /// A watch on a unit's leadership, as its agent sees it.
@@ -518,6 +487,24 @@ impl Controller {
             .unwrap_or_else(|e| e.into_inner())
             .get(unit)
             .cloned()
+    }
+
+    /// Stops every agent and gives up the leases its units hold, so other hosts' units
+    /// take over without waiting for them to lapse.
+    pub async fn release_leases(&self) {
+        let units: Vec<String> = self
+            .trackers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        self.shutdown();
+        for unit in units {
+            if let Err(e) = self.shared.store.release(app_of(&unit), &unit).await {
+                tracing::warn!(%unit, "could not release the lease: {e}");
+            }
+        }
     }
 
     /// Stops every agent.

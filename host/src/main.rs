@@ -113,6 +113,10 @@ enum Command {
         /// The store: `sqlite:PATH` (durable, the default) or `memory` (this process only).
         #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
         store: String,
+        /// Run agents only for these units (comma-separated, such as `discourse/0,discourse/1`),
+        /// so several hosts can share one store; the default is every unit.
+        #[arg(long, value_delimiter = ',')]
+        units: Vec<String>,
         /// Seconds a leadership lease is claimed for.
         #[arg(long, default_value_t = 15.0)]
         lease_duration: f64,
@@ -153,6 +157,7 @@ fn main() -> Result<()> {
                 .unwrap_or_else(|_| default.into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match cli.command {
         Command::Inspect { charm, format } => inspect(&charm, format),
@@ -178,6 +183,7 @@ fn main() -> Result<()> {
             timeout,
             format,
             store,
+            units,
             lease_duration,
             renew_interval,
             retry_period,
@@ -198,6 +204,7 @@ fn main() -> Result<()> {
                 seconds("timeout", timeout)?,
                 format,
                 &store,
+                units,
                 leadership,
             ))
         }
@@ -418,8 +425,13 @@ async fn run(
     timeout: Duration,
     format: Format,
     store: &str,
+    units: Vec<String>,
     leadership: LeadershipConfig,
 ) -> Result<()> {
+    // Only a shared file can have other hosts queueing hooks for our units.
+    let poll_interval = store
+        .starts_with("sqlite:")
+        .then(|| Duration::from_millis(500));
     let store = open_store(store, true)?;
     let runtime_config = RuntimeConfig::default();
     let margin = runtime_config.guarantee_margin;
@@ -428,6 +440,8 @@ async fn run(
     let bundle = Bundle::load(&bundle_path, &runtime)?;
     let config = ControllerConfig {
         leadership,
+        hosted_units: (!units.is_empty()).then_some(units),
+        poll_interval,
         ..Default::default()
     };
     let controller = Controller::new(store.clone(), margin, config)?;
@@ -453,7 +467,14 @@ async fn run(
         if progress {
             eprintln!("running; Ctrl-C to stop");
         }
-        tokio::signal::ctrl_c().await?;
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r?,
+            _ = terminate.recv() => {}
+        }
+        // Hand leadership over at once rather than after the lease lapses.
+        controller.release_leases().await;
     }
     controller.shutdown();
     print_status(&store, format).await

@@ -297,6 +297,9 @@ pub struct Changes {
     pub workload_version: Option<String>,
     /// Writes to the unit's stored state.
     pub stored: BagWrites,
+    /// Set by the host on a leader-elected hook: the term it was elected for, recorded so a
+    /// restarted host does not run leader-elected twice for one term.
+    pub elected_term: Option<u64>,
 }
 
 impl Changes {
@@ -364,6 +367,9 @@ pub struct UnitSnapshot {
     pub app_status: Status,
     /// The unit's stored state.
     pub stored: Bag,
+    /// The last term for which the unit ran leader-elected (host bookkeeping; hooks do not
+    /// see it).
+    pub elected_term: Option<u64>,
 }
 
 /// The relation a relation hook is about, as the receiving unit sees it.

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use charm_host::model::{
     ApplicationRecord, BagWrites, Changes, CharmMetadata, ConfigOptionMeta, ConfigValue,
-    EndpointMeta, OptionType, PodSpecWrite, RelationEndpoint, RelationRecord, RelationRole, Status,
-    StatusKind,
+    EndpointMeta, Hook, OptionType, PodSpecWrite, RelationEndpoint, RelationHook, RelationRecord,
+    RelationRole, Status, StatusKind,
 };
 use charm_host::store::{
-    Claim, CommitError, CommitReceipt, Fence, Lease, LeaseStore, MemoryStore, SqliteStore,
-    StateStore, Store, StoreError,
+    Claim, CommitError, CommitReceipt, Committed, Fence, Lease, LeaseStore, MemoryStore,
+    QueuedHook, SqliteStore, StateStore, Store, StoreError, routing,
 };
 use serde_json::json;
 
@@ -128,15 +128,15 @@ async fn deploy(store: &dyn Store) -> Model {
     }
     store.add_unit("db").await.unwrap();
     store.add_unit("other").await.unwrap();
-    let web_db = store
+    let (web_db, _) = store
         .add_relation("pgsql", vec![side("web", "db"), side("db", "db")])
         .await
         .unwrap();
-    let peers = store
+    let (peers, _) = store
         .add_relation("web-peers", vec![side("web", "cluster")])
         .await
         .unwrap();
-    let other_db = store
+    let (other_db, _) = store
         .add_relation("pgsql", vec![side("other", "db"), side("db", "db")])
         .await
         .unwrap();
@@ -172,6 +172,7 @@ fn leader_hook(m: &Model) -> Changes {
         app_status: Some(status(StatusKind::Active, "serving")),
         workload_version: Some("1.2.3".into()),
         stored: writes(&[("installed", Some("yes"))]),
+        elected_term: None,
     }
 }
 
@@ -330,9 +331,10 @@ async fn fenced_commit_with_current_term_is_applied(store: &dyn Store) {
     let m = deploy(store).await;
     let fence = hold(store, "web", "web/0", LONG).await;
     let receipt = store
-        .commit("web/0", &leader_hook(&m), Some(&fence))
+        .commit("web/0", None, &leader_hook(&m), Some(&fence))
         .await
-        .unwrap();
+        .unwrap()
+        .receipt;
     assert_eq!(
         receipt,
         CommitReceipt {
@@ -376,7 +378,7 @@ async fn stale_term_commit_is_rejected_and_applies_nothing(store: &dyn Store) {
     let current = hold(store, "web", "web/0", LONG).await;
     assert_eq!(current.term, stale.term + 1);
     let err = store
-        .commit("web/0", &leader_hook(&m), Some(&stale))
+        .commit("web/0", None, &leader_hook(&m), Some(&stale))
         .await
         .unwrap_err();
     assert_eq!(err, CommitError::Fenced { fence: stale });
@@ -388,7 +390,7 @@ async fn commit_fenced_by_another_holder_is_rejected(store: &dyn Store) {
     let leader = hold(store, "web", "web/1", LONG).await;
     // web/0 presents web/1's fence: the fence must name the committing unit.
     let err = store
-        .commit("web/0", &leader_hook(&m), Some(&leader))
+        .commit("web/0", None, &leader_hook(&m), Some(&leader))
         .await
         .unwrap_err();
     assert!(matches!(err, CommitError::Fenced { .. }), "{err:?}");
@@ -398,7 +400,7 @@ async fn commit_fenced_by_another_holder_is_rejected(store: &dyn Store) {
         ..leader.clone()
     };
     let err = store
-        .commit("web/0", &leader_hook(&m), Some(&forged))
+        .commit("web/0", None, &leader_hook(&m), Some(&forged))
         .await
         .unwrap_err();
     assert_eq!(err, CommitError::Fenced { fence: forged });
@@ -410,7 +412,7 @@ async fn commit_fenced_by_another_holder_is_rejected(store: &dyn Store) {
         term: db.term,
     };
     let err = store
-        .commit("web/0", &leader_hook(&m), Some(&wrong_app))
+        .commit("web/0", None, &leader_hook(&m), Some(&wrong_app))
         .await
         .unwrap_err();
     assert!(matches!(err, CommitError::Fenced { .. }), "{err:?}");
@@ -423,7 +425,7 @@ async fn commit_after_expiry_is_rejected(store: &dyn Store) {
     tokio::time::sleep(PAST_SHORT).await;
     // Nobody else claimed: the lease still names web/0 and its term, but it has expired.
     let err = store
-        .commit("web/0", &leader_hook(&m), Some(&fence))
+        .commit("web/0", None, &leader_hook(&m), Some(&fence))
         .await
         .unwrap_err();
     assert_eq!(err, CommitError::Fenced { fence });
@@ -462,7 +464,10 @@ async fn unfenced_leader_only_writes_are_refused(store: &dyn Store) {
             stored: all.stored.clone(),
             ..leader_write
         };
-        let err = store.commit("web/0", &changes, None).await.unwrap_err();
+        let err = store
+            .commit("web/0", None, &changes, None)
+            .await
+            .unwrap_err();
         assert_eq!(err, CommitError::Unfenced, "{changes:?}");
     }
     assert_nothing_applied(store, &m).await;
@@ -477,7 +482,11 @@ async fn unit_writes_need_no_fence(store: &dyn Store) {
         stored: writes(&[("k", Some("v"))]),
         ..Changes::default()
     };
-    let receipt = store.commit("web/1", &changes, None).await.unwrap();
+    let receipt = store
+        .commit("web/1", None, &changes, None)
+        .await
+        .unwrap()
+        .receipt;
     assert_eq!(receipt.unit_bags_changed, [m.web_db.id]);
     let snap = store.snapshot("web/1").await.unwrap();
     assert_eq!(
@@ -507,7 +516,7 @@ async fn unknown_relation_applies_nothing(store: &dyn Store) {
         .unit_bags
         .insert(unknown, writes(&[("x", Some("y"))]));
     let err = store
-        .commit("web/0", &changes, Some(&fence))
+        .commit("web/0", None, &changes, Some(&fence))
         .await
         .unwrap_err();
     assert_eq!(
@@ -522,7 +531,7 @@ async fn unknown_relation_applies_nothing(store: &dyn Store) {
         .app_bags
         .insert(m.other_db.id, writes(&[("x", Some("y"))]));
     let err = store
-        .commit("web/0", &changes, Some(&fence))
+        .commit("web/0", None, &changes, Some(&fence))
         .await
         .unwrap_err();
     assert_eq!(
@@ -538,7 +547,10 @@ async fn commit_for_unknown_unit_is_not_found(store: &dyn Store) {
         stored: writes(&[("k", Some("v"))]),
         ..Changes::default()
     };
-    let err = store.commit("web/7", &changes, None).await.unwrap_err();
+    let err = store
+        .commit("web/7", None, &changes, None)
+        .await
+        .unwrap_err();
     assert_eq!(
         err,
         CommitError::Store(StoreError::NotFound("unit web/7".into()))
@@ -558,12 +570,12 @@ async fn pod_spec_revision_grows_only_on_change(store: &dyn Store) {
         ..Changes::default()
     };
     let spec = json!({"containers": [{"name": "web", "image": "nginx:1.25", "ports": [80, 443]}]});
-    let revision = |r: CommitReceipt| r.pod_spec_revision;
+    let revision = |c: Committed| c.receipt.pod_spec_revision;
 
     assert_eq!(
         revision(
             store
-                .commit("web/0", &set(spec.clone(), None), Some(&fence))
+                .commit("web/0", None, &set(spec.clone(), None), Some(&fence))
                 .await
                 .unwrap()
         ),
@@ -572,7 +584,7 @@ async fn pod_spec_revision_grows_only_on_change(store: &dyn Store) {
     assert_eq!(
         revision(
             store
-                .commit("web/0", &set(spec.clone(), None), Some(&fence))
+                .commit("web/0", None, &set(spec.clone(), None), Some(&fence))
                 .await
                 .unwrap()
         ),
@@ -589,7 +601,7 @@ async fn pod_spec_revision_grows_only_on_change(store: &dyn Store) {
     assert_eq!(
         revision(
             store
-                .commit("web/0", &with_resources, Some(&fence))
+                .commit("web/0", None, &with_resources, Some(&fence))
                 .await
                 .unwrap()
         ),
@@ -598,7 +610,7 @@ async fn pod_spec_revision_grows_only_on_change(store: &dyn Store) {
     assert_eq!(
         revision(
             store
-                .commit("web/0", &with_resources, Some(&fence))
+                .commit("web/0", None, &with_resources, Some(&fence))
                 .await
                 .unwrap()
         ),
@@ -610,6 +622,7 @@ async fn pod_spec_revision_grows_only_on_change(store: &dyn Store) {
     let receipt = store
         .commit(
             "web/0",
+            None,
             &set(changed.clone(), Some(resources.clone())),
             Some(&fence),
         )
@@ -620,7 +633,7 @@ async fn pod_spec_revision_grows_only_on_change(store: &dyn Store) {
     assert_eq!(
         revision(
             store
-                .commit("web/0", &set(changed.clone(), None), Some(&fence))
+                .commit("web/0", None, &set(changed.clone(), None), Some(&fence))
                 .await
                 .unwrap()
         ),
@@ -649,7 +662,11 @@ async fn receipt_lists_only_what_changed(store: &dyn Store) {
         leader_data: writes(&[("a", Some("1"))]),
         ..Changes::default()
     };
-    let receipt = store.commit("web/0", &changes, Some(&fence)).await.unwrap();
+    let receipt = store
+        .commit("web/0", None, &changes, Some(&fence))
+        .await
+        .unwrap()
+        .receipt;
     let mut ids = vec![m.web_db.id, m.peers.id];
     ids.sort();
     assert_eq!(receipt.unit_bags_changed, ids);
@@ -664,7 +681,11 @@ async fn receipt_lists_only_what_changed(store: &dyn Store) {
         ..Changes::default()
     };
     assert_eq!(
-        store.commit("web/0", &same, Some(&fence)).await.unwrap(),
+        store
+            .commit("web/0", None, &same, Some(&fence))
+            .await
+            .unwrap()
+            .receipt,
         CommitReceipt::default()
     );
 
@@ -677,7 +698,11 @@ async fn receipt_lists_only_what_changed(store: &dyn Store) {
         leader_data: writes(&[("a", None)]),
         ..Changes::default()
     };
-    let receipt = store.commit("web/0", &one, Some(&fence)).await.unwrap();
+    let receipt = store
+        .commit("web/0", None, &one, Some(&fence))
+        .await
+        .unwrap()
+        .receipt;
     assert_eq!(
         receipt,
         CommitReceipt {
@@ -711,7 +736,7 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
         ..Changes::default()
     };
     store
-        .commit("web/0", &web0, Some(&web_fence))
+        .commit("web/0", None, &web0, Some(&web_fence))
         .await
         .unwrap();
     let web2 = Changes {
@@ -720,7 +745,7 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
         stored: writes(&[("mine", Some("2"))]),
         ..Changes::default()
     };
-    store.commit("web/2", &web2, None).await.unwrap();
+    store.commit("web/2", None, &web2, None).await.unwrap();
     let db0 = Changes {
         unit_bags: BTreeMap::from([
             (m.web_db.id, writes(&[("dsn", Some("host=db"))])),
@@ -729,7 +754,10 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
         app_bags: BTreeMap::from([(m.web_db.id, writes(&[("version", Some("12"))]))]),
         ..Changes::default()
     };
-    store.commit("db/0", &db0, Some(&db_fence)).await.unwrap();
+    store
+        .commit("db/0", None, &db0, Some(&db_fence))
+        .await
+        .unwrap();
 
     let snap = store.snapshot("web/2").await.unwrap();
     assert_eq!(
@@ -856,7 +884,10 @@ async fn status_rows_show_leaders_and_hook_errors(store: &dyn Store) {
         pod_spec: leader_hook(&m).pod_spec,
         ..Changes::default()
     };
-    store.commit("web/1", &changes, Some(&fence)).await.unwrap();
+    store
+        .commit("web/1", None, &changes, Some(&fence))
+        .await
+        .unwrap();
     store
         .set_hook_error("web/1", Some("hook failed: db-relation-changed".into()))
         .await
@@ -1007,6 +1038,13 @@ async fn model_records_apps_units_and_relations(store: &dyn Store) {
         err,
         StoreError::AlreadyExists(format!("relation {}", m.web_db.id))
     );
+    // The same endpoints in the other order are the same relation.
+    let reversed: Vec<_> = m.web_db.endpoints.iter().rev().cloned().collect();
+    let err = store.add_relation("pgsql", reversed).await.unwrap_err();
+    assert_eq!(
+        err,
+        StoreError::AlreadyExists(format!("relation {}", m.web_db.id))
+    );
     let err = store
         .add_relation("pgsql", vec![side("web", "db"), side("ghost", "db")])
         .await
@@ -1017,7 +1055,7 @@ async fn model_records_apps_units_and_relations(store: &dyn Store) {
         3,
         "a refused relation was added"
     );
-    let next = store
+    let (next, _) = store
         .add_relation("other-peers", vec![side("other", "cluster")])
         .await
         .unwrap();
@@ -1025,6 +1063,511 @@ async fn model_records_apps_units_and_relations(store: &dyn Store) {
         (next.id, next.interface.as_str()),
         (m.other_db.id + 1, "other-peers")
     );
+}
+
+// ---------------------------------------------------------------- hook queues
+
+/// Every unit `deploy` adds.
+const ALL_UNITS: [&str; 5] = ["db/0", "other/0", "web/0", "web/1", "web/2"];
+
+fn on(unit: &str, hook: Hook) -> (String, Hook) {
+    (unit.to_string(), hook)
+}
+
+fn about(id: u32, endpoint: &str, remote_app: &str, remote_unit: Option<&str>) -> RelationHook {
+    RelationHook {
+        id,
+        endpoint: endpoint.into(),
+        remote_app: remote_app.into(),
+        remote_unit: remote_unit.map(str::to_string),
+    }
+}
+
+/// Each queued hook's unit and hook, without its seq.
+fn units_and_hooks(queue: &[QueuedHook]) -> Vec<(String, Hook)> {
+    queue
+        .iter()
+        .map(|q| (q.unit.clone(), q.hook.clone()))
+        .collect()
+}
+
+fn hooks_of(queue: &[QueuedHook]) -> Vec<Hook> {
+    queue.iter().map(|q| q.hook.clone()).collect()
+}
+
+fn assert_increasing(queue: &[QueuedHook]) {
+    assert!(
+        queue.windows(2).all(|w| w[0].seq < w[1].seq),
+        "seqs do not increase: {queue:?}"
+    );
+}
+
+/// Every unit's queue, by unit.
+async fn all_queues(store: &dyn Store, units: &[&str]) -> BTreeMap<String, Vec<QueuedHook>> {
+    let mut queues = BTreeMap::new();
+    for unit in units {
+        queues.insert(unit.to_string(), store.queued(unit).await.unwrap());
+    }
+    queues
+}
+
+/// Commits every hook queued on `units`, writing nothing, so their queues are empty.
+async fn drain(store: &dyn Store, units: &[&str]) {
+    for unit in units {
+        for q in store.queued(unit).await.unwrap() {
+            let done = store
+                .commit(unit, Some(q.seq), &Changes::default(), None)
+                .await
+                .unwrap();
+            assert_eq!(done, Committed::default(), "an empty commit did something");
+        }
+        assert_eq!(store.queued(unit).await.unwrap(), [], "{unit} not drained");
+    }
+}
+
+fn app(name: &str, relations: Vec<EndpointMeta>) -> ApplicationRecord {
+    ApplicationRecord {
+        name: name.into(),
+        charm: format!("charms/{name}.wasm"),
+        metadata: metadata(name, relations),
+        config: BTreeMap::new(),
+    }
+}
+
+async fn add_unit_queues_deploy_hooks(store: &dyn Store) {
+    deploy(store).await;
+    let before = all_queues(store, &ALL_UNITS).await;
+    for queue in before.values() {
+        assert_eq!(
+            hooks_of(&queue[..3]),
+            [Hook::Install, Hook::ConfigChanged, Hook::Start],
+            "a deployed unit's first hooks"
+        );
+        assert_increasing(queue);
+    }
+    let highest = before.values().flatten().map(|q| q.seq).max().unwrap();
+
+    assert_eq!(store.add_unit("web").await.unwrap(), "web/3");
+    let queue = store.queued("web/3").await.unwrap();
+    assert_eq!(
+        hooks_of(&queue),
+        [Hook::Install, Hook::ConfigChanged, Hook::Start]
+    );
+    assert!(queue.iter().all(|q| q.unit == "web/3"), "{queue:?}");
+    assert_increasing(&queue);
+    assert!(queue[0].seq > highest, "a seq was reused: {queue:?}");
+    assert_eq!(
+        all_queues(store, &ALL_UNITS).await,
+        before,
+        "another unit's queue changed"
+    );
+    assert_eq!(
+        store.queued("web/9").await.unwrap_err(),
+        StoreError::NotFound("unit web/9".into())
+    );
+}
+
+async fn add_relation_queues_relation_hooks(store: &dyn Store) {
+    store
+        .add_application(app(
+            "a",
+            vec![
+                endpoint("db", RelationRole::Requires, "x"),
+                endpoint("peer", RelationRole::Peers, "a-peers"),
+            ],
+        ))
+        .await
+        .unwrap();
+    store
+        .add_application(app(
+            "b",
+            vec![endpoint("server", RelationRole::Provides, "x")],
+        ))
+        .await
+        .unwrap();
+    for unit in ["a", "a", "b"] {
+        store.add_unit(unit).await.unwrap();
+    }
+    drain(store, &["a/0", "a/1", "b/0"]).await;
+
+    let (rel, queued) = store
+        .add_relation("x", vec![side("a", "db"), side("b", "server")])
+        .await
+        .unwrap();
+    let r = rel.id;
+    let (created, joined, changed) = (
+        Hook::RelationCreated,
+        Hook::RelationJoined,
+        Hook::RelationChanged,
+    );
+    // By hand: on each unit of each side, created, then joined and changed per remote unit.
+    let a_side = |u: Option<&str>| about(r, "db", "b", u);
+    let b_side = |u: Option<&str>| about(r, "server", "a", u);
+    assert_eq!(
+        units_and_hooks(&queued),
+        [
+            on("a/0", created(a_side(None))),
+            on("a/0", joined(a_side(Some("b/0")))),
+            on("a/0", changed(a_side(Some("b/0")))),
+            on("a/1", created(a_side(None))),
+            on("a/1", joined(a_side(Some("b/0")))),
+            on("a/1", changed(a_side(Some("b/0")))),
+            on("b/0", created(b_side(None))),
+            on("b/0", joined(b_side(Some("a/0")))),
+            on("b/0", changed(b_side(Some("a/0")))),
+            on("b/0", joined(b_side(Some("a/1")))),
+            on("b/0", changed(b_side(Some("a/1")))),
+        ]
+    );
+    // And as routing says.
+    let units = BTreeMap::from([
+        ("a".to_string(), vec!["a/0".to_string(), "a/1".to_string()]),
+        ("b".to_string(), vec!["b/0".to_string()]),
+    ]);
+    let units_of = |app: &str| units.get(app).cloned().unwrap_or_default();
+    assert_eq!(
+        units_and_hooks(&queued),
+        routing::relation_hooks(&rel, units_of)
+    );
+    assert_increasing(&queued);
+    for unit in ["a/0", "a/1", "b/0"] {
+        let mine: Vec<_> = queued.iter().filter(|q| q.unit == unit).cloned().collect();
+        assert_eq!(store.queued(unit).await.unwrap(), mine, "{unit}");
+    }
+
+    // The same endpoints in the other order are the same relation: refused, nothing queued.
+    let before = all_queues(store, &["a/0", "a/1", "b/0"]).await;
+    let err = store
+        .add_relation("x", vec![side("b", "server"), side("a", "db")])
+        .await
+        .unwrap_err();
+    assert_eq!(err, StoreError::AlreadyExists(format!("relation {r}")));
+    assert_eq!(all_queues(store, &["a/0", "a/1", "b/0"]).await, before);
+    assert_eq!(store.relations().await.unwrap(), [rel]);
+
+    // A peer relation: each unit joins the others, not itself; b hears nothing.
+    drain(store, &["a/0", "a/1", "b/0"]).await;
+    let (peers, queued) = store
+        .add_relation("a-peers", vec![side("a", "peer")])
+        .await
+        .unwrap();
+    let p = |u: Option<&str>| about(peers.id, "peer", "a", u);
+    assert_eq!(
+        units_and_hooks(&queued),
+        [
+            on("a/0", created(p(None))),
+            on("a/0", joined(p(Some("a/1")))),
+            on("a/0", changed(p(Some("a/1")))),
+            on("a/1", created(p(None))),
+            on("a/1", joined(p(Some("a/0")))),
+            on("a/1", changed(p(Some("a/0")))),
+        ]
+    );
+    assert_eq!(store.queued("b/0").await.unwrap(), []);
+}
+
+async fn enqueue_coalesces_behind_the_head(store: &dyn Store) {
+    store.add_application(app("solo", vec![])).await.unwrap();
+    store.add_unit("solo").await.unwrap();
+    let deployed = store.queued("solo/0").await.unwrap();
+    assert_eq!(
+        hooks_of(&deployed),
+        [Hook::Install, Hook::ConfigChanged, Hook::Start]
+    );
+
+    let queued = store
+        .enqueue(vec![
+            // Equal only to the head, which may be running already: queued.
+            on("solo/0", Hook::Install),
+            // Equal to one waiting behind the head: coalesced.
+            on("solo/0", Hook::ConfigChanged),
+            on("solo/0", Hook::UpdateStatus),
+            // Equal to the one this call just queued: coalesced.
+            on("solo/0", Hook::UpdateStatus),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(hooks_of(&queued), [Hook::Install, Hook::UpdateStatus]);
+    assert!(queued.iter().all(|q| q.unit == "solo/0"));
+    let queue = store.queued("solo/0").await.unwrap();
+    assert_eq!(
+        hooks_of(&queue),
+        [
+            Hook::Install,
+            Hook::ConfigChanged,
+            Hook::Start,
+            Hook::Install,
+            Hook::UpdateStatus
+        ]
+    );
+    assert_eq!(queue[..3], deployed[..]);
+    assert_eq!(
+        queue[3..],
+        queued[..],
+        "the returned hooks are the ones queued"
+    );
+    assert_increasing(&queue);
+
+    // An unknown unit anywhere in the call: nothing of it is queued.
+    let err = store
+        .enqueue(vec![on("solo/0", Hook::Stop), on("ghost/0", Hook::Stop)])
+        .await
+        .unwrap_err();
+    assert_eq!(err, StoreError::NotFound("unit ghost/0".into()));
+    assert_eq!(store.queued("solo/0").await.unwrap(), queue);
+    assert_eq!(store.enqueue(vec![]).await.unwrap(), []);
+
+    // Once install is done, config-changed is the head: an equal hook is queued behind it.
+    store
+        .commit("solo/0", Some(queue[0].seq), &Changes::default(), None)
+        .await
+        .unwrap();
+    let queued = store
+        .enqueue(vec![on("solo/0", Hook::ConfigChanged)])
+        .await
+        .unwrap();
+    assert_eq!(hooks_of(&queued), [Hook::ConfigChanged]);
+    assert!(queued[0].seq > queue[4].seq, "a seq was reused");
+}
+
+async fn committing_a_queued_hook_applies_it_once(store: &dyn Store) {
+    deploy(store).await;
+    let queue = store.queued("web/1").await.unwrap();
+    let (install, config) = (queue[0].seq, queue[1].seq);
+    let runs = |n: &str| Changes {
+        stored: writes(&[("runs", Some(n))]),
+        ..Changes::default()
+    };
+
+    let done = store
+        .commit("web/1", Some(install), &runs("1"), None)
+        .await
+        .unwrap();
+    assert_eq!(done, Committed::default(), "stored state fires nothing");
+    assert_eq!(store.queued("web/1").await.unwrap(), queue[1..]);
+
+    // The same hook again, as a host that crashed before it saw its commit would run it.
+    let err = store
+        .commit("web/1", Some(install), &runs("2"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CommitError::NotQueued {
+            unit: "web/1".into(),
+            seq: install
+        }
+    );
+    assert_eq!(store.snapshot("web/1").await.unwrap().stored["runs"], "1");
+    assert_eq!(store.queued("web/1").await.unwrap(), queue[1..]);
+
+    // Another unit's hook, and a seq never issued.
+    for (unit, seq) in [("web/2", config), ("web/1", u64::MAX)] {
+        let err = store
+            .commit(unit, Some(seq), &runs("x"), None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            CommitError::NotQueued {
+                unit: unit.into(),
+                seq
+            }
+        );
+    }
+    assert!(store.snapshot("web/2").await.unwrap().stored.is_empty());
+    assert_eq!(store.snapshot("web/1").await.unwrap().stored["runs"], "1");
+    assert_eq!(store.queued("web/1").await.unwrap(), queue[1..]);
+
+    // A hook that wrote nothing: its commit only takes it off the queue.
+    let done = store
+        .commit("web/1", Some(config), &Changes::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(done, Committed::default());
+    assert_eq!(store.queued("web/1").await.unwrap(), queue[2..]);
+}
+
+async fn commits_queue_the_hooks_they_fire(store: &dyn Store) {
+    let m = deploy(store).await;
+    drain(store, &ALL_UNITS).await;
+    let host = |v: &str| Changes {
+        unit_bags: BTreeMap::from([(m.web_db.id, writes(&[("host", Some(v))]))]),
+        ..Changes::default()
+    };
+    let about_web0 = Hook::RelationChanged(about(m.web_db.id, "db", "web", Some("web/0")));
+
+    // web/0's bag in web-db changed: db/0 hears of it, and nobody else.
+    let first = store.commit("web/0", None, &host("a"), None).await.unwrap();
+    assert_eq!(first.receipt.unit_bags_changed, [m.web_db.id]);
+    assert_eq!(
+        units_and_hooks(&first.queued),
+        [on("db/0", about_web0.clone())]
+    );
+    assert_eq!(store.queued("db/0").await.unwrap(), first.queued);
+    for unit in ["other/0", "web/0", "web/1", "web/2"] {
+        assert_eq!(store.queued(unit).await.unwrap(), [], "{unit}");
+    }
+
+    // The same value again: no bag changed, no hook queued.
+    let same = store.commit("web/0", None, &host("a"), None).await.unwrap();
+    assert_eq!(same, Committed::default());
+    assert_eq!(store.queued("db/0").await.unwrap(), first.queued);
+
+    // A new value while db/0's relation-changed is at the head: queued behind it. Another:
+    // coalesced with that one, though the bag changed.
+    let second = store.commit("web/0", None, &host("b"), None).await.unwrap();
+    assert_eq!(
+        units_and_hooks(&second.queued),
+        [on("db/0", about_web0.clone())]
+    );
+    assert!(second.queued[0].seq > first.queued[0].seq);
+    let third = store.commit("web/0", None, &host("c"), None).await.unwrap();
+    assert_eq!(third.receipt.unit_bags_changed, [m.web_db.id]);
+    assert_eq!(third.queued, []);
+    assert_eq!(
+        store.queued("db/0").await.unwrap(),
+        [first.queued[0].clone(), second.queued[0].clone()]
+    );
+
+    // The leader writes both application bags and the leader settings: db/0 hears of web's
+    // bag, the other web units of the peer bag and of the settings.
+    drain(store, &ALL_UNITS).await;
+    let fence = hold(store, "web", "web/0", LONG).await;
+    let leader = Changes {
+        app_bags: BTreeMap::from([
+            (m.web_db.id, writes(&[("database", Some("web"))])),
+            (m.peers.id, writes(&[("cluster", Some("c1"))])),
+        ]),
+        leader_data: writes(&[("secret", Some("s"))]),
+        ..Changes::default()
+    };
+    let done = store
+        .commit("web/0", None, &leader, Some(&fence))
+        .await
+        .unwrap();
+    let peers_changed = Hook::RelationChanged(about(m.peers.id, "cluster", "web", None));
+    assert!(m.web_db.id < m.peers.id);
+    assert_eq!(
+        units_and_hooks(&done.queued),
+        [
+            on(
+                "db/0",
+                Hook::RelationChanged(about(m.web_db.id, "db", "web", None))
+            ),
+            on("web/1", peers_changed.clone()),
+            on("web/2", peers_changed.clone()),
+            on("web/1", Hook::LeaderSettingsChanged),
+            on("web/2", Hook::LeaderSettingsChanged),
+        ]
+    );
+    assert_increasing(&done.queued);
+    for unit in ALL_UNITS {
+        let mine: Vec<_> = done
+            .queued
+            .iter()
+            .filter(|q| q.unit == unit)
+            .cloned()
+            .collect();
+        assert_eq!(store.queued(unit).await.unwrap(), mine, "{unit}");
+    }
+
+    // A peer's unit bag: the other peers hear of it, not the writer.
+    drain(store, &ALL_UNITS).await;
+    let peer = Changes {
+        unit_bags: BTreeMap::from([(m.peers.id, writes(&[("peer", Some("1"))]))]),
+        ..Changes::default()
+    };
+    let done = store.commit("web/1", None, &peer, None).await.unwrap();
+    let about_web1 = Hook::RelationChanged(about(m.peers.id, "cluster", "web", Some("web/1")));
+    assert_eq!(
+        units_and_hooks(&done.queued),
+        [on("web/0", about_web1.clone()), on("web/2", about_web1)]
+    );
+    assert_eq!(store.queued("web/1").await.unwrap(), []);
+}
+
+async fn fenced_out_commit_keeps_its_hook_queued(store: &dyn Store) {
+    let m = deploy(store).await;
+    drain(store, &ALL_UNITS).await;
+    let queued = store
+        .enqueue(vec![on("web/0", Hook::UpdateStatus)])
+        .await
+        .unwrap();
+    let seq = queued[0].seq;
+    let stale = hold(store, "web", "web/0", LONG).await;
+    store.release("web", "web/0").await.unwrap();
+    let current = hold(store, "web", "web/0", LONG).await;
+    let before = all_queues(store, &ALL_UNITS).await;
+
+    let err = store
+        .commit("web/0", Some(seq), &leader_hook(&m), Some(&stale))
+        .await
+        .unwrap_err();
+    assert_eq!(err, CommitError::Fenced { fence: stale });
+    let err = store
+        .commit("web/0", Some(seq), &leader_hook(&m), None)
+        .await
+        .unwrap_err();
+    assert_eq!(err, CommitError::Unfenced);
+    assert_eq!(
+        all_queues(store, &ALL_UNITS).await,
+        before,
+        "a refused commit dequeued its hook or queued others"
+    );
+    assert_nothing_applied(store, &m).await;
+
+    // Under the current fence the same hook commits, and fires what its writes fire.
+    let done = store
+        .commit("web/0", Some(seq), &leader_hook(&m), Some(&current))
+        .await
+        .unwrap();
+    assert!(done.receipt.leader_data_changed);
+    assert_eq!(store.queued("web/0").await.unwrap(), []);
+    // db/0 hears of web/0's bag and of web's; the other web units of the settings.
+    assert_eq!(
+        units_and_hooks(&done.queued),
+        [
+            on(
+                "db/0",
+                Hook::RelationChanged(about(m.web_db.id, "db", "web", Some("web/0")))
+            ),
+            on(
+                "db/0",
+                Hook::RelationChanged(about(m.web_db.id, "db", "web", None))
+            ),
+            on("web/1", Hook::LeaderSettingsChanged),
+            on("web/2", Hook::LeaderSettingsChanged),
+        ]
+    );
+}
+
+async fn elected_term_round_trips(store: &dyn Store) {
+    deploy(store).await;
+    assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, None);
+    let elected = |term: u64| Changes {
+        elected_term: Some(term),
+        ..Changes::default()
+    };
+    let done = store
+        .commit("web/0", None, &elected(3), None)
+        .await
+        .unwrap();
+    assert_eq!(done, Committed::default());
+    assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, Some(3));
+    assert_eq!(store.snapshot("web/1").await.unwrap().elected_term, None);
+    // A commit that does not set it keeps it.
+    let other = Changes {
+        stored: writes(&[("k", Some("v"))]),
+        ..Changes::default()
+    };
+    store.commit("web/0", None, &other, None).await.unwrap();
+    assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, Some(3));
+    store
+        .commit("web/0", None, &elected(4), None)
+        .await
+        .unwrap();
+    assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, Some(4));
 }
 
 // ---------------------------------------------------------------- the suite, per backend
@@ -1081,6 +1624,13 @@ contract! {
     status_rows_show_leaders_and_hook_errors,
     status_forgets_expired_leaders,
     model_records_apps_units_and_relations,
+    add_unit_queues_deploy_hooks,
+    add_relation_queues_relation_hooks,
+    enqueue_coalesces_behind_the_head,
+    committing_a_queued_hook_applies_it_once,
+    commits_queue_the_hooks_they_fire,
+    fenced_out_commit_keeps_its_hook_queued,
+    elected_term_round_trips,
 }
 
 // ---------------------------------------------------------------- SQLite only
@@ -1104,7 +1654,7 @@ mod sqlite_only {
             let m = deploy(&store).await;
             let fence = hold(&store, "web", "web/0", LONG).await;
             store
-                .commit("web/0", &leader_hook(&m), Some(&fence))
+                .commit("web/0", None, &leader_hook(&m), Some(&fence))
                 .await
                 .unwrap();
             store
@@ -1136,7 +1686,7 @@ mod sqlite_only {
         );
         // The lease and its term survive: the old holder can still commit with its fence.
         store
-            .commit("web/0", &leader_hook(&m), Some(&fence))
+            .commit("web/0", None, &leader_hook(&m), Some(&fence))
             .await
             .unwrap();
         store.release("web", "web/0").await.unwrap();
@@ -1145,7 +1695,7 @@ mod sqlite_only {
             fence.term + 1,
             "terms continue"
         );
-        let next = store
+        let (next, _) = store
             .add_relation("other-peers", vec![side("other", "cluster")])
             .await
             .unwrap();
@@ -1185,7 +1735,53 @@ mod sqlite_only {
             "the commit was checkpointed, so the WAL is not what is being tested"
         );
 
+        let line = |prefix: &str| {
+            stdout
+                .lines()
+                // The test harness may print on the same line before the child does.
+                .find_map(|l| l.split_once(prefix).map(|(_, rest)| rest))
+                .unwrap_or_else(|| panic!("no {prefix:?} line: {stdout}"))
+                .to_string()
+        };
+        let committed: u64 = line("committed ").parse().unwrap();
+        let acknowledged: BTreeMap<String, Vec<QueuedHook>> =
+            serde_json::from_str(&line("queues ")).unwrap();
+
         let store = SqliteStore::open(&path, "test-model").unwrap();
+        // The queues are as the child left them: the committed hook gone, the rest in order.
+        let queues = all_queues(&store, &ALL_UNITS).await;
+        assert_eq!(queues, acknowledged);
+        let web0 = &queues["web/0"];
+        assert!(
+            web0.iter().all(|q| q.seq != committed),
+            "the committed hook is still queued: {web0:?}"
+        );
+        assert_eq!(web0[0].hook, Hook::ConfigChanged, "{web0:?}");
+        assert_eq!(web0.last().unwrap().hook, Hook::UpdateStatus);
+        assert_increasing(web0);
+        let web1 = hooks_of(&queues["web/1"]);
+        assert_eq!(web1[0], Hook::Install);
+        assert_eq!(
+            web1[web1.len() - 2..],
+            [Hook::UpdateStatus, Hook::LeaderSettingsChanged],
+            "the commit's follow-up was lost"
+        );
+        // A restarted host running the committed hook again applies nothing.
+        let rerun = Changes {
+            stored: writes(&[("installed", Some("twice"))]),
+            ..Changes::default()
+        };
+        assert_eq!(
+            store
+                .commit("web/0", Some(committed), &rerun, None)
+                .await
+                .unwrap_err(),
+            CommitError::NotQueued {
+                unit: "web/0".into(),
+                seq: committed
+            }
+        );
+
         let snap = store.snapshot("web/0").await.unwrap();
         assert_eq!(snap.leader_data["secret"], "s3cret");
         assert_eq!(snap.stored["installed"], "yes");
@@ -1213,13 +1809,218 @@ mod sqlite_only {
         let m = deploy(&store).await;
         let fence = hold(&store, "web", "web/0", LONG).await;
         store
-            .commit("web/0", &leader_hook(&m), Some(&fence))
+            .enqueue(vec![
+                on("web/0", Hook::UpdateStatus),
+                on("web/1", Hook::UpdateStatus),
+            ])
             .await
             .unwrap();
+        // web/0 runs the first hook in its queue (install) and commits it.
+        let head = store.queued("web/0").await.unwrap()[0].seq;
+        store
+            .commit("web/0", Some(head), &leader_hook(&m), Some(&fence))
+            .await
+            .unwrap();
+        // What the parent must find after the crash.
+        let queues = all_queues(&store, &ALL_UNITS).await;
         use std::io::Write;
+        println!("committed {head}");
+        println!("queues {}", serde_json::to_string(&queues).unwrap());
         println!("acknowledged");
         std::io::stdout().flush().unwrap();
         std::process::abort();
+    }
+
+    #[tokio::test]
+    async fn pod_spec_history_has_every_revision() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        let store = SqliteStore::open(&path, "test-model").unwrap();
+        deploy(&store).await;
+        let fence = hold(&store, "web", "web/0", LONG).await;
+        let mut written = Vec::new();
+        for i in 0..6u64 {
+            let write = PodSpecWrite {
+                spec: json!({"containers": [{"name": "web", "image": format!("nginx:1.{i}")}]}),
+                k8s_resources: (i % 2 == 1)
+                    .then(|| json!({"secrets": [{"name": format!("s{i}")}]})),
+            };
+            let changes = Changes {
+                pod_spec: Some(write.clone()),
+                ..Changes::default()
+            };
+            let done = store
+                .commit("web/0", None, &changes, Some(&fence))
+                .await
+                .unwrap();
+            assert_eq!(done.receipt.pod_spec_revision, Some(i + 1));
+            // The same spec again makes no revision, and no history row.
+            let again = store
+                .commit("web/0", None, &changes, Some(&fence))
+                .await
+                .unwrap();
+            assert_eq!(again.receipt.pod_spec_revision, None);
+            written.push(write);
+        }
+        let check = |store: &SqliteStore| {
+            let history = store.pod_spec_history("web").unwrap();
+            assert_eq!(
+                history.iter().map(|r| r.revision).collect::<Vec<_>>(),
+                (1..=6).collect::<Vec<_>>(),
+                "a revision is missing or repeated"
+            );
+            for (record, write) in history.iter().zip(&written) {
+                assert_eq!(
+                    (&record.spec, &record.k8s_resources),
+                    (&write.spec, &write.k8s_resources)
+                );
+            }
+            history
+        };
+        let history = check(&store);
+        assert_eq!(
+            store.pod_spec("web").await.unwrap().as_ref(),
+            history.last(),
+            "the current spec is the last revision"
+        );
+        assert_eq!(store.pod_spec_history("db").unwrap(), []);
+        assert_eq!(
+            store.pod_spec_history("nope").unwrap_err(),
+            StoreError::NotFound("application nope".into())
+        );
+        drop(store);
+        check(&SqliteStore::open(&path, "test-model").unwrap());
+    }
+
+    /// The first schema, exactly as hosts of version 1 wrote it.
+    const SCHEMA_V1: &str = include_str!("../src/store/schema/v1.sql");
+
+    fn user_version(path: &Path) -> i32 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn version_1_file_migrates_to_version_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        let spec = json!({"containers": [{"name": "web"}]});
+        {
+            // A file a version 1 host wrote: one application, one unit, a pod spec at
+            // revision 3, some stored state.
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA_V1).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            let status = serde_json::to_string(&Status::default()).unwrap();
+            conn.execute("INSERT INTO model (id, name) VALUES (1, 'test-model')", [])
+                .unwrap();
+            conn.execute(
+                "INSERT INTO applications (name, charm, metadata, config, status, next_unit)
+                 VALUES ('web', 'charms/web.wasm', ?1, '{}', ?2, 1)",
+                [
+                    serde_json::to_string(&metadata("web", vec![])).unwrap(),
+                    status.clone(),
+                ],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO units (name, app, number, status, workload_version, hook_error)
+                 VALUES ('web/0', 'web', 0, ?1, '1.0', NULL)",
+                [&status],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO pod_specs (app, revision, spec, k8s_resources)
+                 VALUES ('web', 3, ?1, NULL)",
+                [spec.to_string()],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO stored_state (unit, key, value) VALUES ('web/0', 'k', 'v')",
+                [],
+            )
+            .unwrap();
+        }
+        assert_eq!(user_version(&path), 1);
+
+        let store = SqliteStore::open(&path, "test-model").unwrap();
+        assert_eq!(user_version(&path), 2);
+        let snap = store.snapshot("web/0").await.unwrap();
+        assert_eq!(snap.stored["k"], "v", "version 1 data was lost");
+        assert_eq!(snap.elected_term, None);
+        assert_eq!(store.queued("web/0").await.unwrap(), []);
+        assert_eq!(
+            store.pod_spec_history("web").unwrap(),
+            [charm_host::model::PodSpecRecord {
+                revision: 3,
+                spec: spec.clone(),
+                k8s_resources: None
+            }],
+            "the history starts at the revision the file had"
+        );
+
+        // Queues work.
+        let queued = store
+            .enqueue(vec![
+                on("web/0", Hook::UpdateStatus),
+                on("web/0", Hook::ConfigChanged),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(hooks_of(&queued), [Hook::UpdateStatus, Hook::ConfigChanged]);
+        assert_eq!(store.queued("web/0").await.unwrap(), queued);
+        let changes = Changes {
+            elected_term: Some(2),
+            ..Changes::default()
+        };
+        store
+            .commit("web/0", Some(queued[0].seq), &changes, None)
+            .await
+            .unwrap();
+        assert_eq!(store.queued("web/0").await.unwrap(), queued[1..]);
+        assert!(matches!(
+            store
+                .commit("web/0", Some(queued[0].seq), &changes, None)
+                .await,
+            Err(CommitError::NotQueued { .. })
+        ));
+        assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, Some(2));
+        assert_eq!(store.add_unit("web").await.unwrap(), "web/1");
+        let deployed = store.queued("web/1").await.unwrap();
+        assert_eq!(
+            hooks_of(&deployed),
+            [Hook::Install, Hook::ConfigChanged, Hook::Start]
+        );
+        assert!(deployed[0].seq > queued[1].seq);
+        // New revisions continue the history.
+        let fence = hold(&store, "web", "web/0", LONG).await;
+        let new_spec = Changes {
+            pod_spec: Some(PodSpecWrite {
+                spec: json!({"containers": [{"name": "web", "image": "new"}]}),
+                k8s_resources: None,
+            }),
+            ..Changes::default()
+        };
+        store
+            .commit("web/0", None, &new_spec, Some(&fence))
+            .await
+            .unwrap();
+        let revisions: Vec<_> = store
+            .pod_spec_history("web")
+            .unwrap()
+            .iter()
+            .map(|r| r.revision)
+            .collect();
+        assert_eq!(revisions, [3, 4]);
+
+        // Reopening a version 2 file migrates nothing and keeps the queues.
+        drop(store);
+        let store = SqliteStore::open(&path, "test-model").unwrap();
+        assert_eq!(user_version(&path), 2);
+        assert_eq!(store.queued("web/0").await.unwrap(), queued[1..]);
+        assert_eq!(store.queued("web/1").await.unwrap(), deployed);
     }
 
     #[tokio::test]
@@ -1306,9 +2107,10 @@ mod sqlite_only {
         let fence = hold(&store, "web", "web/0", LONG).await;
         assert_eq!(
             store
-                .commit("web/0", &leader_hook(&m), Some(&fence))
+                .commit("web/0", None, &leader_hook(&m), Some(&fence))
                 .await
                 .unwrap()
+                .receipt
                 .pod_spec_revision,
             Some(1)
         );
@@ -1381,7 +2183,10 @@ mod sqlite_only {
         };
         let mut changes = leader_hook(&m);
         changes.unit_bags = BTreeMap::from([(m.web_db.id, writes(&[("host", Some("web-1"))]))]);
-        let err = b.commit("web/1", &changes, Some(&loser)).await.unwrap_err();
+        let err = b
+            .commit("web/1", None, &changes, Some(&loser))
+            .await
+            .unwrap_err();
         assert_eq!(err, CommitError::Fenced { fence: loser });
         assert_eq!(a.pod_spec("web").await.unwrap(), None);
         assert!(
@@ -1389,7 +2194,7 @@ mod sqlite_only {
                 .is_empty()
         );
         // The winner's commit through the other handle is accepted and visible to both.
-        b.commit("web/0", &leader_hook(&m), Some(&fence))
+        b.commit("web/0", None, &leader_hook(&m), Some(&fence))
             .await
             .unwrap();
         assert_eq!(

@@ -177,7 +177,7 @@ impl JujuTracker {
         }
         let committed = self
             .store
-            .commit(&self.unit, &changes, fence.as_ref())
+            .commit(&self.unit, None, &changes, fence.as_ref())
             .await;
         let refused = matches!(committed, Err(crate::store::CommitError::Fenced { .. }));
         self.metrics

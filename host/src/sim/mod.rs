@@ -377,6 +377,7 @@ async fn simulate_pinned(
         record_history: false,
         seed: Some(rng.random()),
         observer: Some(observer),
+        ..Default::default()
     };
     let controller = Arc::new(
         Controller::new(store.clone(), margin, controller_config).expect("valid leadership config"),
@@ -411,7 +412,8 @@ async fn simulate_pinned(
                     remote_app: "postgresql".into(),
                     remote_unit: Some("postgresql/0".into()),
                 };
-                controller.enqueue(&unit, Hook::RelationChanged(hook));
+                // A unit that is down finds the hook in the store when it comes back.
+                let _ = controller.enqueue(&unit, Hook::RelationChanged(hook)).await;
             }
         }));
     }
@@ -427,7 +429,10 @@ async fn simulate_pinned(
                 controller.crash_unit(&leader);
                 metrics.crashed(&leader);
                 sleep(down).await;
-                controller.restart_unit(&leader);
+                controller
+                    .restart_unit(&leader)
+                    .await
+                    .expect("the memory store is up");
                 metrics.restarted(&leader);
                 let rx = controller.leadership(&leader).expect("a restarted unit");
                 tokio::spawn(watch_beliefs(rx, metrics.clone(), leader.clone()));
@@ -671,7 +676,10 @@ pub fn replay_seed(policy: Policy) -> SeedReplay {
                     remote_app: "postgresql".into(),
                     remote_unit: Some("postgresql/0".into()),
                 };
-                controller.enqueue(unit, Hook::RelationChanged(hook));
+                controller
+                    .enqueue(unit, Hook::RelationChanged(hook))
+                    .await
+                    .expect("a deployed unit");
                 controller.wait_idle().await;
                 let records = records.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 let run = records

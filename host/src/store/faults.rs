@@ -11,11 +11,11 @@ use rand::{Rng, SeedableRng};
 use tokio::time::{Instant, sleep};
 
 use super::{
-    BoxFuture, Claim, CommitError, CommitReceipt, Fence, Lease, LeaseError, LeaseStore,
-    ModelStatus, StateStore, Store, StoreError,
+    BoxFuture, Claim, CommitError, CommitReceipt, Committed, Fence, Lease, LeaseError, LeaseStore,
+    ModelStatus, QueuedHook, StateStore, Store, StoreError,
 };
 use crate::model::{
-    ApplicationRecord, Changes, PodSpecRecord, RelationEndpoint, RelationRecord, UnitSnapshot,
+    ApplicationRecord, Changes, Hook, PodSpecRecord, RelationEndpoint, RelationRecord, UnitSnapshot,
 };
 
 /// A window, from the start of the run, in which the store answers nothing.
@@ -270,8 +270,19 @@ impl StateStore for FaultyStore {
         &'a self,
         interface: &'a str,
         endpoints: Vec<RelationEndpoint>,
-    ) -> BoxFuture<'a, Result<RelationRecord, StoreError>> {
+    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
         self.inner.add_relation(interface, endpoints)
+    }
+
+    fn enqueue<'a>(
+        &'a self,
+        hooks: Vec<(String, Hook)>,
+    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+        self.inner.enqueue(hooks)
+    }
+
+    fn queued<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+        self.inner.queued(unit)
     }
 
     fn relations(&self) -> BoxFuture<'_, Result<Vec<RelationRecord>, StoreError>> {
@@ -285,9 +296,10 @@ impl StateStore for FaultyStore {
     fn commit<'a>(
         &'a self,
         unit: &'a str,
+        hook: Option<u64>,
         changes: &'a Changes,
         fence: Option<&'a Fence>,
-    ) -> BoxFuture<'a, Result<CommitReceipt, CommitError>> {
+    ) -> BoxFuture<'a, Result<Committed, CommitError>> {
         Box::pin(async move {
             let fate = if self.plan.commit_faults {
                 self.fate()
@@ -297,16 +309,16 @@ impl StateStore for FaultyStore {
             match fate {
                 Fate::Answer(latency) => {
                     sleep(latency / 2).await;
-                    let answer = self.inner.commit(unit, changes, fence).await;
-                    if let (Ok(receipt), Some(o)) = (&answer, &self.observer) {
-                        o.commit_accepted(unit, changes, fence, receipt);
+                    let answer = self.inner.commit(unit, hook, changes, fence).await;
+                    if let (Ok(committed), Some(o)) = (&answer, &self.observer) {
+                        o.commit_accepted(unit, changes, fence, &committed.receipt);
                     }
                     sleep(latency / 2).await;
                     answer
                 }
-                // A commit that times out is not applied: a lost answer to an applied commit
-                // would make the retried hook apply twice, which the store's idempotent
-                // commit (not yet here) must prevent.
+                // A commit that times out is not applied here. (Were it applied with the
+                // answer lost, the retried hook would find itself no longer queued and
+                // apply nothing: commits are idempotent.)
                 Fate::Hang | Fate::HangButApply => {
                     Err(StoreError::Unavailable(self.hang().await).into())
                 }

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::routing::{coalesces, deploy_hooks, follow_ups, relation_hooks};
 use super::{
-    AppStatusRow, BoxFuture, Claim, CommitError, CommitReceipt, Fence, Lease, LeaseError,
-    LeaseStore, ModelStatus, StateStore, StoreError, UnitStatusRow,
+    AppStatusRow, BoxFuture, Claim, CommitError, CommitReceipt, Committed, Fence, Lease,
+    LeaseError, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, UnitStatusRow,
 };
 use crate::model::{
     ApplicationRecord, Bag, Changes, PodSpecRecord, RelationEndpoint, RelationId, RelationRecord,
@@ -29,6 +30,9 @@ struct UnitEntry {
     workload_version: String,
     hook_error: Option<String>,
     stored: Bag,
+    elected_term: Option<u64>,
+    /// Queued hooks, by sequence number.
+    queue: Vec<(u64, crate::model::Hook)>,
 }
 
 #[derive(Debug)]
@@ -57,9 +61,39 @@ struct Inner {
     units: BTreeMap<String, UnitEntry>,
     relations: BTreeMap<RelationId, RelationEntry>,
     next_relation: RelationId,
+    next_seq: u64,
 }
 
 impl Inner {
+    fn units_of(&self, app: &str) -> Vec<String> {
+        self.apps
+            .get(app)
+            .map(|a| a.units.clone())
+            .unwrap_or_default()
+    }
+
+    /// Queues `hooks` (all units must exist: checked by the caller), coalescing.
+    fn enqueue(&mut self, hooks: Vec<(String, crate::model::Hook)>) -> Vec<QueuedHook> {
+        let mut queued = Vec::new();
+        for (unit, hook) in hooks {
+            let Some(entry) = self.units.get_mut(&unit) else {
+                continue;
+            };
+            let current: Vec<&crate::model::Hook> = entry.queue.iter().map(|(_, h)| h).collect();
+            if coalesces(&current, &hook) {
+                continue;
+            }
+            self.next_seq += 1;
+            entry.queue.push((self.next_seq, hook.clone()));
+            queued.push(QueuedHook {
+                unit,
+                seq: self.next_seq,
+                hook,
+            });
+        }
+        queued
+    }
+
     fn live_lease(&self, app: &str, now: Instant) -> Option<&LeaseEntry> {
         self.leases.get(app).filter(|l| l.expiry > now)
     }
@@ -235,6 +269,12 @@ impl StateStore for MemoryStore {
             entry.next_unit += 1;
             entry.units.push(name.clone());
             inner.units.insert(name.clone(), UnitEntry::default());
+            inner.enqueue(
+                deploy_hooks()
+                    .into_iter()
+                    .map(|h| (name.clone(), h))
+                    .collect(),
+            );
             Ok(name)
         })
     }
@@ -254,7 +294,7 @@ impl StateStore for MemoryStore {
         &'a self,
         interface: &'a str,
         endpoints: Vec<RelationEndpoint>,
-    ) -> BoxFuture<'a, Result<RelationRecord, StoreError>> {
+    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
         Box::pin(async move {
             let mut inner = self.lock();
             for e in &endpoints {
@@ -262,11 +302,12 @@ impl StateStore for MemoryStore {
                     return Err(not_found(format!("application {}", e.app)));
                 }
             }
-            if let Some(existing) = inner
-                .relations
-                .values()
-                .find(|r| r.record.endpoints == endpoints)
-            {
+            // The same endpoints in either order are the same relation.
+            let same = |r: &RelationEntry| {
+                r.record.endpoints.len() == endpoints.len()
+                    && r.record.endpoints.iter().all(|e| endpoints.contains(e))
+            };
+            if let Some(existing) = inner.relations.values().find(|r| same(r)) {
                 return Err(StoreError::AlreadyExists(format!(
                     "relation {}",
                     existing.record.id
@@ -286,7 +327,9 @@ impl StateStore for MemoryStore {
                     app_bags: BTreeMap::new(),
                 },
             );
-            Ok(record)
+            let hooks = relation_hooks(&record, |app| inner.units_of(app));
+            let queued = inner.enqueue(hooks);
+            Ok((record, queued))
         })
     }
 
@@ -374,16 +417,49 @@ impl StateStore for MemoryStore {
                 unit_status: u.status.clone(),
                 app_status: app.status.clone(),
                 stored: u.stored.clone(),
+                elected_term: u.elected_term,
             })
+        })
+    }
+
+    fn enqueue<'a>(
+        &'a self,
+        hooks: Vec<(String, crate::model::Hook)>,
+    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+        Box::pin(async move {
+            let mut inner = self.lock();
+            if let Some((unit, _)) = hooks.iter().find(|(u, _)| !inner.units.contains_key(u)) {
+                return Err(not_found(format!("unit {unit}")));
+            }
+            Ok(inner.enqueue(hooks))
+        })
+    }
+
+    fn queued<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+        Box::pin(async move {
+            let inner = self.lock();
+            let u = inner
+                .units
+                .get(unit)
+                .ok_or_else(|| not_found(format!("unit {unit}")))?;
+            Ok(u.queue
+                .iter()
+                .map(|(seq, hook)| QueuedHook {
+                    unit: unit.to_string(),
+                    seq: *seq,
+                    hook: hook.clone(),
+                })
+                .collect())
         })
     }
 
     fn commit<'a>(
         &'a self,
         unit: &'a str,
+        hook: Option<u64>,
         changes: &'a Changes,
         fence: Option<&'a Fence>,
-    ) -> BoxFuture<'a, Result<CommitReceipt, CommitError>> {
+    ) -> BoxFuture<'a, Result<Committed, CommitError>> {
         Box::pin(async move {
             let now = Instant::now();
             let mut inner = self.lock();
@@ -413,6 +489,14 @@ impl StateStore for MemoryStore {
                     .is_some_and(|r| r.record.local(&app_name).is_some());
                 if !visible {
                     return Err(not_found(format!("relation {id}")).into());
+                }
+            }
+            if let Some(seq) = hook {
+                if !inner.units[unit].queue.iter().any(|(s, _)| *s == seq) {
+                    return Err(CommitError::NotQueued {
+                        unit: unit.to_string(),
+                        seq,
+                    });
                 }
             }
 
@@ -459,7 +543,17 @@ impl StateStore for MemoryStore {
                 u.workload_version = version.clone();
             }
             apply_writes(&mut u.stored, &changes.stored);
-            Ok(receipt)
+            if let Some(term) = changes.elected_term {
+                u.elected_term = Some(term);
+            }
+            if let Some(seq) = hook {
+                u.queue.retain(|(s, _)| *s != seq);
+            }
+            let relations: Vec<RelationRecord> =
+                inner.relations.values().map(|r| r.record.clone()).collect();
+            let hooks = follow_ups(unit, &receipt, &relations, |app| inner.units_of(app));
+            let queued = inner.enqueue(hooks);
+            Ok(Committed { receipt, queued })
         })
     }
 

@@ -8,6 +8,7 @@
 pub mod faults;
 mod lease;
 mod memory;
+pub mod routing;
 mod sqlite;
 mod state;
 
@@ -15,8 +16,8 @@ pub use lease::{Claim, Lease, LeaseError, LeaseStore};
 pub use memory::MemoryStore;
 pub use sqlite::SqliteStore;
 pub use state::{
-    AppStatusRow, CommitError, CommitReceipt, Fence, ModelStatus, StateStore, StoreError,
-    UnitStatusRow,
+    AppStatusRow, CommitError, CommitReceipt, Committed, Fence, ModelStatus, QueuedHook,
+    StateStore, StoreError, UnitStatusRow,
 };
 
 use std::future::Future;

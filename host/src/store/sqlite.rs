@@ -30,15 +30,26 @@
 //! by a drift margin, ends first. Processes sharing a file must share a clock; a wall clock
 //! stepped backwards lengthens leases, stepped forwards shortens them.
 //!
+//! # Hook queues
+//!
+//! Each unit's queued hooks are rows of `hook_queue`, numbered by a never-reused `seq`. Every
+//! change that fires hooks queues them in its own transaction: a new unit its deploy hooks, a
+//! new relation its relation hooks, a commit the hooks its changes fire on other units. A
+//! commit naming its hook's `seq` removes that row in the transaction that applies the
+//! hook's writes, so a host that crashes after the commit and runs the hook again has its
+//! second commit refused ([`CommitError::NotQueued`]) instead of applied twice.
+//!
 //! # Schema versions
 //!
-//! The schema's version is `PRAGMA user_version`; each migration moves it up by one, in one
-//! transaction. A file written by a newer host, a SQLite file of another program, or a file
+//! The schema's version is `PRAGMA user_version`; each migration (`schema/v<N>.sql`) moves
+//! it up by one, in one transaction. A file written by a newer host, a SQLite file of another program, or a file
 //! that is not SQLite at all is refused with [`StoreError::Incompatible`] or
 //! [`StoreError::Corrupt`] before anything is written to it: these checks run on a read-only
 //! connection.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::io::Read;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -50,11 +61,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    AppStatusRow, BoxFuture, Claim, CommitError, CommitReceipt, Fence, Lease, LeaseError,
-    LeaseStore, ModelStatus, StateStore, StoreError, UnitStatusRow,
+    AppStatusRow, BoxFuture, Claim, CommitError, CommitReceipt, Committed, Fence, Lease,
+    LeaseError, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, UnitStatusRow,
+    routing,
 };
 use crate::model::{
-    ApplicationRecord, Bag, BagWrites, Changes, CharmMetadata, ConfigValue, PodSpecRecord,
+    ApplicationRecord, Bag, BagWrites, Changes, CharmMetadata, ConfigValue, Hook, PodSpecRecord,
     RelationEndpoint, RelationId, RelationRecord, RelationView, Status, StatusKind, UnitSnapshot,
     app_of,
 };
@@ -68,81 +80,13 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 
 /// Migration `i` moves the schema from version `i` to `i + 1`. Append; never edit.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
 
-const SCHEMA_V1: &str = "
-CREATE TABLE model (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    name TEXT NOT NULL
-) STRICT;
-CREATE TABLE applications (
-    name TEXT PRIMARY KEY,
-    charm TEXT NOT NULL,
-    metadata TEXT NOT NULL,      -- CharmMetadata, JSON
-    config TEXT NOT NULL,        -- the operator's settings, JSON
-    status TEXT NOT NULL,        -- Status, JSON
-    next_unit INTEGER NOT NULL
-) STRICT;
-CREATE TABLE units (
-    name TEXT PRIMARY KEY,
-    app TEXT NOT NULL REFERENCES applications (name),
-    number INTEGER NOT NULL,
-    status TEXT NOT NULL,        -- Status, JSON
-    workload_version TEXT NOT NULL,
-    hook_error TEXT,
-    UNIQUE (app, number)
-) STRICT;
-CREATE TABLE leader_data (
-    app TEXT NOT NULL REFERENCES applications (name),
-    key TEXT NOT NULL,
-    value TEXT NOT NULL,
-    PRIMARY KEY (app, key)
-) STRICT, WITHOUT ROWID;
--- AUTOINCREMENT: a relation id is never reused.
-CREATE TABLE relations (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    interface TEXT NOT NULL,
-    endpoints TEXT NOT NULL      -- [RelationEndpoint], JSON
-) STRICT;
-CREATE TABLE relation_unit_bags (
-    relation INTEGER NOT NULL REFERENCES relations (id),
-    unit TEXT NOT NULL REFERENCES units (name),
-    key TEXT NOT NULL,
-    value TEXT NOT NULL,
-    PRIMARY KEY (relation, unit, key)
-) STRICT, WITHOUT ROWID;
-CREATE TABLE relation_app_bags (
-    relation INTEGER NOT NULL REFERENCES relations (id),
-    app TEXT NOT NULL REFERENCES applications (name),
-    key TEXT NOT NULL,
-    value TEXT NOT NULL,
-    PRIMARY KEY (relation, app, key)
-) STRICT, WITHOUT ROWID;
-CREATE TABLE pod_specs (
-    app TEXT PRIMARY KEY REFERENCES applications (name),
-    revision INTEGER NOT NULL,
-    spec TEXT NOT NULL,          -- JSON
-    k8s_resources TEXT           -- JSON
-) STRICT;
-CREATE TABLE stored_state (
-    unit TEXT NOT NULL REFERENCES units (name),
-    key TEXT NOT NULL,
-    value TEXT NOT NULL,
-    PRIMARY KEY (unit, key)
-) STRICT, WITHOUT ROWID;
--- No foreign key: a lease may be claimed before its application is added.
-CREATE TABLE leases (
-    app TEXT PRIMARY KEY,
-    holder TEXT NOT NULL,
-    term INTEGER NOT NULL,
-    expiry_ms INTEGER NOT NULL   -- wall clock, milliseconds since the UNIX epoch
-) STRICT;
--- Kept after a lease expires or is released, so terms never repeat.
-CREATE TABLE last_terms (
-    app TEXT PRIMARY KEY,
-    term INTEGER NOT NULL
-) STRICT;
-";
+/// Version 1: the model, leases and terms.
+const SCHEMA_V1: &str = include_str!("schema/v1.sql");
+
+/// Version 2: hook queues, `units.elected_term`, pod spec history.
+const SCHEMA_V2: &str = include_str!("schema/v2.sql");
 
 /// The first bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
@@ -203,6 +147,32 @@ impl SqliteStore {
         // A panic inside a transaction drops the `Transaction`, which rolls it back, so a
         // poisoned connection holds no half-applied commit.
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every pod spec revision `app` has had, by revision: each commit that changes the spec
+    /// adds one, in the same transaction, so the revisions have no gaps (a file migrated from
+    /// schema version 1 kept only its revision of then, and its history starts there).
+    pub fn pod_spec_history(&self, app: &str) -> Result<Vec<PodSpecRecord>, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .db()?;
+        if !app_exists(&tx, app)? {
+            return Err(not_found(format!("application {app}")));
+        }
+        let rows: Vec<(i64, String, Option<String>)> = tx
+            .prepare_cached(
+                "SELECT revision, spec, k8s_resources FROM pod_spec_history
+                 WHERE app = ?1 ORDER BY revision",
+            )
+            .and_then(|mut s| {
+                s.query_map([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect()
+            })
+            .db()?;
+        rows.into_iter()
+            .map(|(revision, spec, resources)| pod_spec_record(app, revision, &spec, resources))
+            .collect()
     }
 }
 
@@ -691,6 +661,112 @@ fn app_from_row(
     })
 }
 
+fn pod_spec_record(
+    app: &str,
+    revision: i64,
+    spec: &str,
+    resources: Option<String>,
+) -> Result<PodSpecRecord, StoreError> {
+    Ok(PodSpecRecord {
+        revision: to_u64(revision),
+        spec: decode(&format!("pod spec of {app}"), spec)?,
+        k8s_resources: resources
+            .map(|r| decode(&format!("k8s resources of {app}"), &r))
+            .transpose()?,
+    })
+}
+
+fn unit_exists(conn: &Connection, unit: &str) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT 1 FROM units WHERE name = ?1")
+        .and_then(|mut s| s.exists([unit]))
+        .db()
+}
+
+/// The hooks queued on `unit`, in order.
+fn queue_of(conn: &Connection, unit: &str) -> Result<Vec<QueuedHook>, StoreError> {
+    let rows: Vec<(i64, String)> = conn
+        .prepare_cached("SELECT seq, hook FROM hook_queue WHERE unit = ?1 ORDER BY seq")
+        .and_then(|mut s| {
+            s.query_map([unit], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .db()?;
+    rows.into_iter()
+        .map(|(seq, hook)| {
+            Ok(QueuedHook {
+                unit: unit.to_string(),
+                seq: to_u64(seq),
+                hook: decode(&format!("hook {seq} of {unit}"), &hook)?,
+            })
+        })
+        .collect()
+}
+
+/// Queues `hooks` in order, each on its unit, inside the caller's write transaction, and
+/// returns those queued: a hook equal to one already waiting on its unit behind the first
+/// (counting those this call queued) is coalesced ([`routing::coalesces`]). A unit that does
+/// not exist fails the whole call; the caller's rollback then leaves nothing queued.
+fn enqueue_in(
+    conn: &Connection,
+    hooks: impl IntoIterator<Item = (String, Hook)>,
+) -> Result<Vec<QueuedHook>, StoreError> {
+    // The queue of each unit touched so far, as it stands in this transaction.
+    let mut queues: BTreeMap<String, Vec<Hook>> = BTreeMap::new();
+    let mut queued = Vec::new();
+    for (unit, hook) in hooks {
+        let queue = match queues.entry(unit.clone()) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                if !unit_exists(conn, e.key())? {
+                    return Err(not_found(format!("unit {}", e.key())));
+                }
+                let current = queue_of(conn, e.key())?;
+                e.insert(current.into_iter().map(|q| q.hook).collect())
+            }
+        };
+        if routing::coalesces(&queue.iter().collect::<Vec<_>>(), &hook) {
+            continue;
+        }
+        conn.prepare_cached("INSERT INTO hook_queue (unit, hook) VALUES (?1, ?2)")
+            .and_then(|mut s| s.execute([unit.as_str(), encode(&hook).as_str()]))
+            .db()?;
+        let seq = to_u64(conn.last_insert_rowid());
+        queue.push(hook.clone());
+        queued.push(QueuedHook { unit, seq, hook });
+    }
+    Ok(queued)
+}
+
+/// Runs `f` with `units_of` (an application's units, by number, as `conn` has them); a
+/// failed read fails the result.
+fn with_units_of<T>(
+    conn: &Connection,
+    f: impl FnOnce(&dyn Fn(&str) -> Vec<String>) -> T,
+) -> Result<T, StoreError> {
+    let failed = RefCell::new(None);
+    let units_of = |app: &str| {
+        unit_names(conn, app).unwrap_or_else(|e| {
+            failed.borrow_mut().get_or_insert(e);
+            Vec::new()
+        })
+    };
+    let out = f(&units_of);
+    match failed.into_inner() {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Whether two relations relate the same endpoints, in either order.
+fn same_endpoints(a: &[RelationEndpoint], b: &[RelationEndpoint]) -> bool {
+    let key = |e: &RelationEndpoint| (e.app.clone(), e.endpoint.clone());
+    let mut a: Vec<_> = a.iter().map(key).collect();
+    let mut b: Vec<_> = b.iter().map(key).collect();
+    a.sort();
+    b.sort();
+    a == b
+}
+
 /// Whether a stored JSON text holds `value`. The text is compared first (the common, cheap
 /// case); parsing is the fallback for texts that differ only in form.
 fn same_json(stored: &str, text: &str, value: &serde_json::Value) -> bool {
@@ -701,17 +777,14 @@ fn same_json(stored: &str, text: &str, value: &serde_json::Value) -> bool {
 fn commit_in(
     conn: &Connection,
     unit: &str,
+    hook: Option<u64>,
     changes: &Changes,
     fence: Option<&Fence>,
-) -> Result<CommitReceipt, CommitError> {
+) -> Result<Committed, CommitError> {
     let app = app_of(unit);
     // Validate everything first: once writing starts, only SQLite itself can fail, and then
     // the transaction is rolled back.
-    let unit_exists = conn
-        .prepare_cached("SELECT 1 FROM units WHERE name = ?1")
-        .and_then(|mut s| s.exists([unit]))
-        .db()?;
-    if !unit_exists {
+    if !unit_exists(conn, unit)? {
         return Err(not_found(format!("unit {unit}")).into());
     }
     match fence {
@@ -744,6 +817,23 @@ fn commit_in(
         };
         if !visible {
             return Err(not_found(format!("relation {id}")).into());
+        }
+    }
+    // Last: the hook leaves the queue, so a second commit of it applies nothing. This is the
+    // first write; if it finds nothing to remove, nothing has been written.
+    if let Some(seq) = hook {
+        let removed = match i64::try_from(seq) {
+            Ok(raw) => conn
+                .prepare_cached("DELETE FROM hook_queue WHERE seq = ?1 AND unit = ?2")
+                .and_then(|mut s| s.execute(rusqlite::params![raw, unit]))
+                .db()?,
+            Err(_) => 0,
+        };
+        if removed == 0 {
+            return Err(CommitError::NotQueued {
+                unit: unit.to_string(),
+                seq,
+            });
         }
     }
 
@@ -793,6 +883,13 @@ fn commit_in(
             )
             .and_then(|mut s| s.execute(rusqlite::params![app, revision, spec, resources]))
             .db()?;
+            // A plain INSERT: a revision written twice is an error, not a silent overwrite.
+            conn.prepare_cached(
+                "INSERT INTO pod_spec_history (app, revision, spec, k8s_resources)
+                 VALUES (?1, ?2, ?3, ?4)",
+            )
+            .and_then(|mut s| s.execute(rusqlite::params![app, revision, spec, resources]))
+            .db()?;
             receipt.pod_spec_revision = Some(to_u64(revision));
         }
     }
@@ -807,14 +904,35 @@ fn commit_in(
             .db()?;
     }
     write_bag(conn, &STORED_STATE, &[&unit], &changes.stored)?;
-    Ok(receipt)
+    if let Some(term) = changes.elected_term {
+        // Terms are issued by this store as SQLite integers, so every real one fits.
+        let term = i64::try_from(term).unwrap_or(i64::MAX);
+        conn.prepare_cached("UPDATE units SET elected_term = ?2 WHERE name = ?1")
+            .and_then(|mut s| s.execute(rusqlite::params![unit, term]))
+            .db()?;
+    }
+
+    // The hooks the changes fire, queued in this transaction so none is lost.
+    let relations = if receipt.unit_bags_changed.is_empty() && receipt.app_bags_changed.is_empty() {
+        Vec::new()
+    } else {
+        read_relations(conn)?
+    };
+    let follow_ups = with_units_of(conn, |units_of| {
+        routing::follow_ups(unit, &receipt, &relations, units_of)
+    })?;
+    let queued = enqueue_in(conn, follow_ups)?;
+    Ok(Committed { receipt, queued })
 }
 
 fn snapshot_in(conn: &Connection, model: &str, unit: &str) -> Result<UnitSnapshot, StoreError> {
     let app_name = app_of(unit);
-    let unit_status: String = conn
-        .prepare_cached("SELECT status FROM units WHERE name = ?1")
-        .and_then(|mut s| s.query_row([unit], |r| r.get(0)).optional())
+    let (unit_status, elected_term): (String, Option<i64>) = conn
+        .prepare_cached("SELECT status, elected_term FROM units WHERE name = ?1")
+        .and_then(|mut s| {
+            s.query_row([unit], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
         .db()?
         .ok_or_else(|| not_found(format!("unit {unit}")))?;
     let app_row: (String, String, String, String) = conn
@@ -902,6 +1020,7 @@ fn snapshot_in(conn: &Connection, model: &str, unit: &str) -> Result<UnitSnapsho
             "SELECT key, value FROM stored_state WHERE unit = ?1",
             &[&unit],
         )?,
+        elected_term: elected_term.map(to_u64),
     })
 }
 
@@ -1070,6 +1189,10 @@ impl StateStore for SqliteStore {
                 rusqlite::params![app, number + 1],
             )
             .db()?;
+            enqueue_in(
+                &tx,
+                routing::deploy_hooks().map(|hook| (name.clone(), hook)),
+            )?;
             tx.commit().db()?;
             Ok(name)
         })
@@ -1092,7 +1215,7 @@ impl StateStore for SqliteStore {
         &'a self,
         interface: &'a str,
         endpoints: Vec<RelationEndpoint>,
-    ) -> BoxFuture<'a, Result<RelationRecord, StoreError>> {
+    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
         Box::pin(async move {
             let mut conn = self.lock();
             let tx = conn
@@ -1122,8 +1245,38 @@ impl StateStore for SqliteStore {
                 interface.to_string(),
                 &encode(&endpoints),
             )?;
+            let hooks = with_units_of(&tx, |units_of| routing::relation_hooks(&record, units_of))?;
+            let queued = enqueue_in(&tx, hooks)?;
             tx.commit().db()?;
-            Ok(record)
+            Ok((record, queued))
+        })
+    }
+
+    fn enqueue<'a>(
+        &'a self,
+        hooks: Vec<(String, Hook)>,
+    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.lock();
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .db()?;
+            let queued = enqueue_in(&tx, hooks)?;
+            tx.commit().db()?;
+            Ok(queued)
+        })
+    }
+
+    fn queued<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.lock();
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Deferred)
+                .db()?;
+            if !unit_exists(&tx, unit)? {
+                return Err(not_found(format!("unit {unit}")));
+            }
+            queue_of(&tx, unit)
         })
     }
 
@@ -1145,9 +1298,10 @@ impl StateStore for SqliteStore {
     fn commit<'a>(
         &'a self,
         unit: &'a str,
+        hook: Option<u64>,
         changes: &'a Changes,
         fence: Option<&'a Fence>,
-    ) -> BoxFuture<'a, Result<CommitReceipt, CommitError>> {
+    ) -> BoxFuture<'a, Result<Committed, CommitError>> {
         Box::pin(async move {
             let mut conn = self.lock();
             // IMMEDIATE: the write lock is held from the fence check to the commit, across
@@ -1156,9 +1310,9 @@ impl StateStore for SqliteStore {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .db()?;
-            let receipt = commit_in(&tx, unit, changes, fence)?;
+            let committed = commit_in(&tx, unit, hook, changes, fence)?;
             tx.commit().db()?;
-            Ok(receipt)
+            Ok(committed)
         })
     }
 
@@ -1201,16 +1355,8 @@ impl StateStore for SqliteStore {
                         .optional()
                 })
                 .db()?;
-            row.map(|(revision, spec, resources)| {
-                Ok(PodSpecRecord {
-                    revision: to_u64(revision),
-                    spec: decode(&format!("pod spec of {app}"), &spec)?,
-                    k8s_resources: resources
-                        .map(|r| decode(&format!("k8s resources of {app}"), &r))
-                        .transpose()?,
-                })
-            })
-            .transpose()
+            row.map(|(revision, spec, resources)| pod_spec_record(app, revision, &spec, resources))
+                .transpose()
         })
     }
 

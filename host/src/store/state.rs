@@ -2,7 +2,7 @@ use serde::{Deserialize, Serialize};
 
 use super::BoxFuture;
 use crate::model::{
-    ApplicationRecord, Changes, PodSpecRecord, RelationEndpoint, RelationId, RelationRecord,
+    ApplicationRecord, Changes, Hook, PodSpecRecord, RelationEndpoint, RelationId, RelationRecord,
     Status, UnitSnapshot,
 };
 
@@ -29,6 +29,28 @@ pub struct CommitReceipt {
     pub leader_data_changed: bool,
     /// The pod spec's new revision, if the spec changed.
     pub pod_spec_revision: Option<u64>,
+}
+
+/// A hook waiting in a unit's queue. Queues are in the store, so a host that crashes loses
+/// none: a restarted host runs every hook still queued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedHook {
+    /// The unit that will run it.
+    pub unit: String,
+    /// Its place in the model's queues: increasing, never reused.
+    pub seq: u64,
+    /// The hook.
+    pub hook: Hook,
+}
+
+/// What a commit did: what changed, and the hooks it queued on other units.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// What changed.
+    pub receipt: CommitReceipt,
+    /// The hooks the changes fired on other units (relation-changed,
+    /// leader-settings-changed), queued in the same step.
+    pub queued: Vec<QueuedHook>,
 }
 
 /// Why a model operation failed.
@@ -65,6 +87,15 @@ pub enum CommitError {
     /// Leader-only writes without a fence.
     #[error("leader-only writes need a leadership fence")]
     Unfenced,
+    /// The hook is no longer queued: its commit was applied already (by a host that crashed
+    /// before it could tell), so this one applies nothing.
+    #[error("hook {seq} of {unit} is not queued: already committed")]
+    NotQueued {
+        /// The unit.
+        unit: String,
+        /// The hook's sequence number.
+        seq: u64,
+    },
     /// The model changed under the hook (its unit or a relation was removed).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -129,18 +160,32 @@ pub trait StateStore: Send + Sync {
     /// Every application, by name.
     fn applications(&self) -> BoxFuture<'_, Result<Vec<ApplicationRecord>, StoreError>>;
 
-    /// Adds the next unit of `app` (`app/0`, `app/1`, ...) and returns its name.
+    /// Adds the next unit of `app` (`app/0`, `app/1`, ...) and, in the same step, queues
+    /// its first hooks ([`deploy_hooks`](super::routing::deploy_hooks)). Returns its name.
     fn add_unit<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<String, StoreError>>;
 
     /// The units of `app`, by number.
     fn units<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>>;
 
-    /// Relates two endpoints (or one, for peers) and returns the relation.
+    /// Relates two endpoints (or one, for peers) and, in the same step, queues the hooks
+    /// that fires ([`relation_hooks`](super::routing::relation_hooks)). Returns the relation
+    /// and those hooks.
     fn add_relation<'a>(
         &'a self,
         interface: &'a str,
         endpoints: Vec<RelationEndpoint>,
-    ) -> BoxFuture<'a, Result<RelationRecord, StoreError>>;
+    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>>;
+
+    /// Queues hooks, each on its unit, and returns those queued. A hook equal to one already
+    /// waiting on the unit (other than the first, which may be running) is not queued
+    /// again: Juju coalesces the same way.
+    fn enqueue<'a>(
+        &'a self,
+        hooks: Vec<(String, Hook)>,
+    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>>;
+
+    /// The hooks queued on `unit`, in order.
+    fn queued<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>>;
 
     /// Every relation, by id.
     fn relations(&self) -> BoxFuture<'_, Result<Vec<RelationRecord>, StoreError>>;
@@ -151,12 +196,19 @@ pub trait StateStore: Send + Sync {
     /// Applies one hook's writes for `unit` in one atomic step: if `fence` is given, only
     /// while the application's lease still has its holder and term (and has not expired).
     /// Leader-only writes without a fence are refused. All or nothing.
+    ///
+    /// In the same step: `hook` (the hook's sequence number; `None` for hooks the host
+    /// generates, such as leader-elected) leaves the unit's queue, and must still be in it,
+    /// so a commit applies at most once ([`CommitError::NotQueued`]); `changes.elected_term`
+    /// is recorded; and the hooks the changes fire on other units
+    /// ([`follow_ups`](super::routing::follow_ups)) are queued.
     fn commit<'a>(
         &'a self,
         unit: &'a str,
+        hook: Option<u64>,
         changes: &'a Changes,
         fence: Option<&'a Fence>,
-    ) -> BoxFuture<'a, Result<CommitReceipt, CommitError>>;
+    ) -> BoxFuture<'a, Result<Committed, CommitError>>;
 
     /// Records that `unit`'s hook is failing (`Some(message)`), or no longer is (`None`).
     fn set_hook_error<'a>(

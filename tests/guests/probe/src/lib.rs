@@ -56,6 +56,18 @@ impl Charm for Probe {
             }
             _ => {}
         }
+        if mode == "count" {
+            // Every hook counts itself, twice in one commit: after any crash, each count
+            // says how often the hook's commit applied, and the two must agree.
+            let key = event.hook_name();
+            let runs: u32 = model.stored().get(&format!("runs:{key}"))?.unwrap_or(0);
+            model.stored().set(&format!("runs:{key}"), &(runs + 1))?;
+            let total: u32 = model.stored().get("total-a")?.unwrap_or(0);
+            model.stored().set("total-a", &(total + 1))?;
+            let total: u32 = model.stored().get("total-b")?.unwrap_or(0);
+            model.stored().set("total-b", &(total + 1))?;
+            return Ok(());
+        }
         match (mode.as_str(), event) {
             ("fail", Event::Start) => {
                 write_everything(model)?;

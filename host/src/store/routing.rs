@@ -1,0 +1,98 @@
+//! Which hooks a model change fires, as Juju fires them. Pure functions: every backend
+//! calls them inside the same atomic step as the change, so no fired hook is ever lost.
+
+use super::CommitReceipt;
+use crate::model::{Hook, RelationHook, RelationRecord, app_of};
+
+/// The hooks a new unit runs first, in Juju's order (leader-elected, when the unit leads,
+/// is put after install by its agent).
+pub fn deploy_hooks() -> [Hook; 3] {
+    [Hook::Install, Hook::ConfigChanged, Hook::Start]
+}
+
+/// The hooks a new relation fires: on every unit of each side, relation-created, then for
+/// each remote unit relation-joined and relation-changed. `units_of` gives an application's
+/// units in order.
+pub fn relation_hooks(
+    record: &RelationRecord,
+    units_of: impl Fn(&str) -> Vec<String>,
+) -> Vec<(String, Hook)> {
+    let mut hooks = Vec::new();
+    let sides: Vec<_> = record.endpoints.iter().collect();
+    for local in &sides {
+        let Some(remote) = record.remote(&local.app) else {
+            continue;
+        };
+        let remote_units = units_of(&remote.app);
+        for unit in units_of(&local.app) {
+            let hook = |remote_unit: Option<&String>| RelationHook {
+                id: record.id,
+                endpoint: local.endpoint.clone(),
+                remote_app: remote.app.clone(),
+                remote_unit: remote_unit.cloned(),
+            };
+            hooks.push((unit.clone(), Hook::RelationCreated(hook(None))));
+            for remote_unit in remote_units.iter().filter(|r| **r != unit) {
+                hooks.push((unit.clone(), Hook::RelationJoined(hook(Some(remote_unit)))));
+                hooks.push((unit.clone(), Hook::RelationChanged(hook(Some(remote_unit)))));
+            }
+        }
+        if sides.len() == 1 {
+            break;
+        }
+    }
+    hooks
+}
+
+/// The hooks `unit`'s commit fires on other units: relation-changed on the other side of
+/// each bag that changed (about `unit` for its unit bag, about no unit for its application
+/// bag), and leader-settings-changed on the application's other units when the leader
+/// settings changed.
+pub fn follow_ups(
+    unit: &str,
+    receipt: &CommitReceipt,
+    relations: &[RelationRecord],
+    units_of: impl Fn(&str) -> Vec<String>,
+) -> Vec<(String, Hook)> {
+    let app = app_of(unit);
+    let mut hooks = Vec::new();
+    let changed = receipt
+        .unit_bags_changed
+        .iter()
+        .map(|id| (*id, Some(unit.to_string())))
+        .chain(receipt.app_bags_changed.iter().map(|id| (*id, None)));
+    for (id, remote_unit) in changed {
+        let Some(rel) = relations.iter().find(|r| r.id == id) else {
+            continue;
+        };
+        let Some(remote) = rel.remote(app) else {
+            continue;
+        };
+        for target in units_of(&remote.app) {
+            if target == unit {
+                continue;
+            }
+            let hook = RelationHook {
+                id,
+                endpoint: remote.endpoint.clone(),
+                remote_app: app.to_string(),
+                remote_unit: remote_unit.clone(),
+            };
+            hooks.push((target, Hook::RelationChanged(hook)));
+        }
+    }
+    if receipt.leader_data_changed {
+        for target in units_of(app) {
+            if target != unit {
+                hooks.push((target, Hook::LeaderSettingsChanged));
+            }
+        }
+    }
+    hooks
+}
+
+/// Whether `hook` should be queued behind `queue` (the unit's queued hooks, in order): not
+/// if an equal hook already waits there behind the first.
+pub fn coalesces(queue: &[&Hook], hook: &Hook) -> bool {
+    queue.iter().skip(1).any(|h| *h == hook)
+}
