@@ -71,6 +71,7 @@ fn fixture(rt: &Runtime, store: Box<dyn Store>, dir: Option<tempfile::TempDir>) 
             .add_relation("pgsql", endpoints.to_vec())
             .await
             .unwrap()
+            .0
             .id;
         let Claim::Held(lease) = store
             .claim("web", &unit, Duration::from_secs(3600))
@@ -132,7 +133,10 @@ fn hook_writes(relation: RelationId, n: u64) -> Changes {
 
 fn commit(rt: &Runtime, f: &Fixture, changes: &Changes) {
     let receipt = rt
-        .block_on(f.store.commit(&f.fence.holder, changes, Some(&f.fence)))
+        .block_on(
+            f.store
+                .commit(&f.fence.holder, None, changes, Some(&f.fence)),
+        )
         .unwrap();
     black_box(receipt);
 }

@@ -391,6 +391,7 @@ impl UnitAgent {
                     unit = %self.unit,
                     hook = %record.hook,
                     leader = record.leader,
+                    term = record.term.unwrap_or(0),
                     pod_spec_revision = record.pod_spec_revision.unwrap_or(0),
                     "hook committed"
                 );

@@ -84,3 +84,36 @@ pub async fn settle(controller: &Controller, limit: Duration) {
             )
         });
 }
+
+/// Fails the test when the `charm-host` binary is missing or older than the host's sources:
+/// `cargo test --workspace` builds it, `cargo test -p charm-tests` alone does not.
+pub fn assert_fresh_binary(bin: &Path) {
+    let built = std::fs::metadata(bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} is missing: build it with `cargo build --release -p charm-host`",
+                bin.display()
+            )
+        });
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/src");
+    let mut stack = vec![sources];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|m| m > built)
+            {
+                panic!(
+                    "{} is older than {}: run `cargo build --release -p charm-host`",
+                    bin.display(),
+                    path.display()
+                );
+            }
+        }
+    }
+}

@@ -18,11 +18,7 @@ fn charm_host() -> PathBuf {
         .and_then(Path::parent)
         .unwrap()
         .join("charm-host");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it with `cargo build --release -p charm-host`",
-        bin.display()
-    );
+    charm_tests::assert_fresh_binary(&bin);
     bin
 }
 

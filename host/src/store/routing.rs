@@ -91,8 +91,8 @@ pub fn follow_ups(
     hooks
 }
 
-/// Whether `hook` should be queued behind `queue` (the unit's queued hooks, in order): not
-/// if an equal hook already waits there behind the first.
+/// Whether `hook` coalesces into `queue` (the unit's queued hooks, in order) and so need not
+/// be queued: an equal hook already waits there behind the first, which may be running.
 pub fn coalesces(queue: &[&Hook], hook: &Hook) -> bool {
     queue.iter().skip(1).any(|h| *h == hook)
 }

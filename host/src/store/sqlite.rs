@@ -1228,7 +1228,7 @@ impl StateStore for SqliteStore {
             }
             if let Some(existing) = read_relations(&tx)?
                 .into_iter()
-                .find(|r| r.endpoints == endpoints)
+                .find(|r| same_endpoints(&r.endpoints, &endpoints))
             {
                 return Err(StoreError::AlreadyExists(format!(
                     "relation {}",

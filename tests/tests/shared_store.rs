@@ -1,0 +1,180 @@
+//! Two `charm-host` processes share one SQLite file, each running some units of the same
+//! applications: exactly one unit leads each application, leader commits of one term all
+//! come from one unit, and when the leader's process is killed a unit of the other process
+//! takes over and finishes the work.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use charm_host::store::{SqliteStore, StateStore};
+use charm_tests::guests;
+
+fn charm_host() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("charm-host");
+    charm_tests::assert_fresh_binary(&bin);
+    bin
+}
+
+fn host(bin: &Path, bundle: &Path, store: &str, units: &str, log: &Path) -> Child {
+    Command::new(bin)
+        .args([
+            "run",
+            bundle.to_str().unwrap(),
+            "--store",
+            store,
+            "--units",
+            units,
+        ])
+        // Short leases, so the takeover is quick: 3 s lease, 1.5 s guarantee.
+        .args([
+            "--lease-duration",
+            "3",
+            "--renew-interval",
+            "0.5",
+            "--retry-period",
+            "0.25",
+            "--drift-margin",
+            "1.5",
+        ])
+        .env("RUST_LOG", "charm_host::agent=debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// (unit, term) of every leader commit in a host's log.
+fn leader_commits(log: &Path) -> Vec<(String, u64)> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("hook committed") && l.contains("leader=true"))
+        .filter_map(|l| {
+            let field = |name: &str| {
+                let rest = &l[l.find(&format!(" {name}="))? + name.len() + 2..];
+                Some(rest.split_whitespace().next()?.to_string())
+            };
+            Some((field("unit")?, field("term")?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn two_hosts_sharing_a_store_never_both_lead() {
+    let bin = charm_host();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(guests::DISCOURSE, dir.path().join("discourse.wasm")).unwrap();
+    std::fs::copy(guests::POSTGRESQL, dir.path().join("postgresql.wasm")).unwrap();
+    let bundle = dir.path().join("bundle.yaml");
+    std::fs::write(
+        &bundle,
+        "applications:\n  discourse: {charm: discourse.wasm, num_units: 3}\n  postgresql: {charm: postgresql.wasm, num_units: 1}\nrelations:\n  - [\"discourse:db\", \"postgresql:db\"]\n",
+    )
+    .unwrap();
+    let db = dir.path().join("model.db");
+    let store_arg = format!("sqlite:{}", db.display());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let status = || {
+        let store = SqliteStore::open(&db, "default").ok()?;
+        rt.block_on(store.status()).ok()
+    };
+
+    let (log_a, log_b) = (dir.path().join("a.log"), dir.path().join("b.log"));
+    let mut a = host(
+        &bin,
+        &bundle,
+        &store_arg,
+        "discourse/0,postgresql/0",
+        &log_a,
+    );
+    // The second host starts once the first has deployed the bundle, and resumes it.
+    wait_until(Duration::from_secs(30), "the first host deploys", || {
+        status().is_some_and(|s| s.units.len() == 4)
+    });
+    let mut b = host(&bin, &bundle, &store_arg, "discourse/1,discourse/2", &log_b);
+    wait_until(Duration::from_secs(30), "discourse's pod spec", || {
+        db.exists()
+            && rt
+                .block_on(
+                    SqliteStore::open(&db, "default")
+                        .unwrap()
+                        .pod_spec("discourse"),
+                )
+                .unwrap()
+                .is_some()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let before = status().unwrap();
+    let leader = before
+        .applications
+        .iter()
+        .find(|a| a.name == "discourse")
+        .unwrap()
+        .leader
+        .clone()
+        .unwrap();
+    for app in ["discourse", "postgresql"] {
+        let leaders = before
+            .units
+            .iter()
+            .filter(|u| u.name.starts_with(&format!("{app}/")) && u.leader)
+            .count();
+        assert_eq!(leaders, 1, "{app}: {before:?}");
+    }
+
+    // Kill the process hosting discourse's leader; a unit of the other takes over.
+    let (victim, survivor) = if leader == "discourse/0" {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    wait_until(Duration::from_secs(20), "a new discourse leader", || {
+        status().is_some_and(|s| {
+            s.applications
+                .iter()
+                .any(|a| a.name == "discourse" && a.leader.as_ref().is_some_and(|l| *l != leader))
+        })
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    survivor.kill().unwrap();
+    survivor.wait().unwrap();
+
+    // Leader commits of one term all came from one unit, across both hosts.
+    let mut by_term: BTreeMap<(String, u64), String> = BTreeMap::new();
+    for (unit, term) in leader_commits(&log_a)
+        .into_iter()
+        .chain(leader_commits(&log_b))
+    {
+        let app = unit.split('/').next().unwrap().to_string();
+        let holder = by_term.entry((app, term)).or_insert_with(|| unit.clone());
+        assert_eq!(*holder, unit, "two units committed as leader in one term");
+    }
+    let discourse_terms: Vec<_> = by_term
+        .keys()
+        .filter(|(app, _)| app == "discourse")
+        .collect();
+    assert!(
+        discourse_terms.len() >= 2,
+        "the takeover's leader committed under a new term: {by_term:?}"
+    );
+}
