@@ -140,7 +140,7 @@ pub(crate) struct UnitAgent {
     pub(crate) shared: Arc<Shared>,
     pub(crate) inbox: mpsc::UnboundedReceiver<QueuedHook>,
     /// The unit's queue as loaded from the store, then as notified.
-    pub(crate) queue: VecDeque<Pending>,
+    pub(crate) queue: VecDeque<QueueEntry>,
     pub(crate) retry: RetryPolicy,
     pub(crate) leadership: LeadershipConfig,
     /// The last term for which leader-elected ran (from the store).
@@ -152,14 +152,14 @@ pub(crate) struct UnitAgent {
 /// A hook in the agent's queue: one the store queued (`seq`), or one the agent generated
 /// (leader-elected, `seq: None`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Pending {
+pub(crate) struct QueueEntry {
     pub(crate) seq: Option<u64>,
     pub(crate) hook: Hook,
 }
 
-impl From<QueuedHook> for Pending {
+impl From<QueuedHook> for QueueEntry {
     fn from(q: QueuedHook) -> Self {
-        Pending {
+        QueueEntry {
             seq: Some(q.seq),
             hook: q.hook,
         }
@@ -214,7 +214,7 @@ impl UnitAgent {
                     self.shared.pending.add(1);
                     // Before anything else queued, but never ahead of a hook being retried.
                     let at = if failures > 0 { 1 } else { 0 };
-                    let elected = Pending {
+                    let elected = QueueEntry {
                         seq: None,
                         hook: Hook::LeaderElected,
                     };
@@ -222,7 +222,7 @@ impl UnitAgent {
                 }
                 _ => {}
             }
-            let Some(Pending { seq, hook }) = self.queue.front().cloned() else {
+            let Some(QueueEntry { seq, hook }) = self.queue.front().cloned() else {
                 let poll = self.poll;
                 tokio::select! {
                     hook = self.inbox.recv() => match hook {

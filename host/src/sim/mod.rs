@@ -32,7 +32,7 @@ use crate::controller::{Controller, ControllerConfig, HookObserver};
 use crate::leadership::{Leadership, LeadershipConfig};
 use crate::model::{Hook, RelationHook};
 use crate::store::faults::{FaultPlan, FaultyStore, Outage};
-use crate::store::{MemoryStore, Store};
+use crate::store::{BoxFuture, MemoryStore, Store};
 use metrics::Metrics;
 use standin::{DiscourseStandIn, WorkModel};
 
@@ -311,14 +311,34 @@ fn think(rng: &mut StdRng) -> Duration {
     Duration::from_secs_f64(rng.random_range(0.0..2.0 * THINK_MEAN))
 }
 
-/// Crash times for the leader-crash profile: every 30 to 90 s, down for twice the lease.
-fn crash_schedule(config: &SimConfig, seed: u64) -> Option<(StdRng, Duration)> {
-    (config.profile == Profile::LeaderCrash).then(|| {
-        (
-            StdRng::seed_from_u64(seed),
-            config.leadership.lease_duration * 2,
-        )
-    })
+/// The leader-crash profile: every 30 to 90 s the unit that believes it leads crashes, and
+/// comes back after twice the lease duration. `crash` and `restart` do it to the policy's
+/// unit; the metrics hear of both.
+fn spawn_crashes(
+    config: &SimConfig,
+    seed: u64,
+    metrics: Arc<Metrics>,
+    crash: impl Fn(String) -> BoxFuture<'static, ()> + Send + 'static,
+    restart: impl Fn(String) -> BoxFuture<'static, ()> + Send + 'static,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if config.profile != Profile::LeaderCrash {
+        return None;
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let down = config.leadership.lease_duration * 2;
+    Some(tokio::spawn(async move {
+        loop {
+            sleep(Duration::from_secs_f64(rng.random_range(30.0..90.0))).await;
+            let Some(leader) = metrics.believed_leader() else {
+                continue;
+            };
+            crash(leader.clone()).await;
+            metrics.crashed(&leader);
+            sleep(down).await;
+            restart(leader.clone()).await;
+            metrics.restarted(&leader);
+        }
+    }))
 }
 
 async fn watch_beliefs(
@@ -417,28 +437,29 @@ async fn simulate_pinned(
             }
         }));
     }
-    let crasher = crash_schedule(config, crash_seed).map(|(mut crash_rng, down)| {
-        let controller = controller.clone();
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            loop {
-                sleep(Duration::from_secs_f64(crash_rng.random_range(30.0..90.0))).await;
-                let Some(leader) = metrics.believed_leader() else {
-                    continue;
-                };
-                controller.crash_unit(&leader);
-                metrics.crashed(&leader);
-                sleep(down).await;
-                controller
-                    .restart_unit(&leader)
-                    .await
-                    .expect("the memory store is up");
-                metrics.restarted(&leader);
-                let rx = controller.leadership(&leader).expect("a restarted unit");
-                tokio::spawn(watch_beliefs(rx, metrics.clone(), leader.clone()));
-            }
-        })
-    });
+    let crasher = {
+        let (c, m) = (controller.clone(), metrics.clone());
+        let restarter = controller.clone();
+        spawn_crashes(
+            config,
+            crash_seed,
+            metrics.clone(),
+            move |leader| {
+                c.crash_unit(&leader);
+                Box::pin(async {})
+            },
+            move |leader| {
+                let (c, m) = (restarter.clone(), m.clone());
+                Box::pin(async move {
+                    c.restart_unit(&leader)
+                        .await
+                        .expect("the memory store is up");
+                    let rx = c.leadership(&leader).expect("a restarted unit");
+                    tokio::spawn(watch_beliefs(rx, m, leader));
+                })
+            },
+        )
+    };
     for d in drivers {
         let _ = d.await;
     }
@@ -495,27 +516,24 @@ async fn simulate_juju29(
             }
         }));
     }
-    let crasher = crash_schedule(config, crash_seed).map(|(mut crash_rng, down)| {
-        let metrics = metrics.clone();
-        let trackers = trackers.clone();
-        let units = units.to_vec();
-        tokio::spawn(async move {
-            loop {
-                sleep(Duration::from_secs_f64(crash_rng.random_range(30.0..90.0))).await;
-                let Some(leader) = metrics.believed_leader() else {
-                    continue;
-                };
+    let crasher = {
+        let (trackers, units) = (trackers.clone(), units.to_vec());
+        let down = config.leadership.lease_duration * 2;
+        spawn_crashes(
+            config,
+            crash_seed,
+            metrics.clone(),
+            move |leader| {
                 let i = units
                     .iter()
                     .position(|u| *u == leader)
                     .expect("a simulated unit");
-                trackers[i].crash(down).await;
-                metrics.crashed(&leader);
-                sleep(down).await;
-                metrics.restarted(&leader);
-            }
-        })
-    });
+                let tracker = trackers[i].clone();
+                Box::pin(async move { tracker.crash(down).await })
+            },
+            |_| Box::pin(async {}),
+        )
+    };
     for d in drivers {
         let _ = d.await;
     }
