@@ -17,6 +17,24 @@ use charm_host::leadership::LeadershipConfig;
 use charm_host::model::CharmMetadata;
 use charm_host::store::{MemoryStore, ModelStatus, SqliteStore, Store};
 
+/// Writes to stdout; a reader that went away (`| head`) ends the program quietly.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout().lock(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
+/// `out!` with a newline.
+macro_rules! outln {
+    () => { out!("\n") };
+    ($($arg:tt)*) => {{ out!($($arg)*); out!("\n"); }};
+}
+
 #[derive(Parser)]
 #[command(
     name = "charm-host",
@@ -263,9 +281,9 @@ fn sim_leadership(
     }
     if format == Format::Json {
         if reports.len() == 1 {
-            println!("{}", serde_json::to_string_pretty(&reports[0])?);
+            outln!("{}", serde_json::to_string_pretty(&reports[0])?);
         } else {
-            println!("{}", serde_json::to_string_pretty(&reports)?);
+            outln!("{}", serde_json::to_string_pretty(&reports)?);
         }
     } else {
         let mut rows = vec![
@@ -323,12 +341,12 @@ fn inspect(path: &PathBuf, format: Format) -> Result<()> {
     let charm = runtime.load_file(path)?;
     let meta: &CharmMetadata = charm.metadata();
     if format == Format::Json {
-        println!("{}", serde_json::to_string_pretty(meta)?);
+        outln!("{}", serde_json::to_string_pretty(meta)?);
         return Ok(());
     }
-    println!("Charm    {}", meta.name);
-    println!("Summary  {}", meta.summary);
-    println!();
+    outln!("Charm    {}", meta.name);
+    outln!("Summary  {}", meta.summary);
+    outln!();
     let mut rows = vec![vec![
         "Endpoint".to_string(),
         "Role".into(),
@@ -342,7 +360,7 @@ fn inspect(path: &PathBuf, format: Format) -> Result<()> {
         ]);
     }
     print_table(&rows);
-    println!();
+    outln!();
     let mut rows = vec![vec![
         "Option".to_string(),
         "Type".into(),
@@ -364,7 +382,7 @@ fn inspect(path: &PathBuf, format: Format) -> Result<()> {
     }
     print_table(&rows);
     if !meta.actions.is_empty() {
-        println!();
+        outln!();
         let mut rows = vec![vec!["Action".to_string(), "Description".into()]];
         for a in &meta.actions {
             rows.push(vec![a.name.clone(), a.description.clone()]);
@@ -407,13 +425,13 @@ async fn print_pod_spec(store: &Arc<dyn Store>, app: &str, format: Format) -> Re
     };
     if format == Format::Json {
         let out = json!({"application": app, "revision": spec.revision, "spec": spec.spec, "k8s_resources": spec.k8s_resources});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!("# {app}, revision {}", spec.revision);
-        print!("{}", serde_yaml::to_string(&spec.spec)?);
+        outln!("# {app}, revision {}", spec.revision);
+        out!("{}", serde_yaml::to_string(&spec.spec)?);
         if let Some(res) = &spec.k8s_resources {
-            println!("---\n# k8s resources");
-            print!("{}", serde_yaml::to_string(res)?);
+            outln!("---\n# k8s resources");
+            out!("{}", serde_yaml::to_string(res)?);
         }
     }
     Ok(())
@@ -522,7 +540,7 @@ async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {
             .map(|(app, p)| (app.clone(), json!({"revision": p.revision, "spec": p.spec, "k8s_resources": p.k8s_resources})))
             .collect();
         let out = json!({"applications": apps, "units": units, "pod_specs": specs});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
     let mut rows = vec![vec![
@@ -544,7 +562,7 @@ async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {
         ]);
     }
     print_table(&rows);
-    println!();
+    outln!();
     let mut rows = vec![vec![
         "Unit".to_string(),
         "Workload".into(),
@@ -563,12 +581,12 @@ async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {
     }
     print_table(&rows);
     for (app, spec) in &pod_specs {
-        println!();
-        println!("Pod spec of {app} (revision {}):", spec.revision);
-        print!("{}", serde_yaml::to_string(&spec.spec)?);
+        outln!();
+        outln!("Pod spec of {app} (revision {}):", spec.revision);
+        out!("{}", serde_yaml::to_string(&spec.spec)?);
         if let Some(res) = &spec.k8s_resources {
-            println!("k8s resources of {app}:");
-            print!("{}", serde_yaml::to_string(res)?);
+            outln!("k8s resources of {app}:");
+            out!("{}", serde_yaml::to_string(res)?);
         }
     }
     Ok(())
@@ -591,6 +609,6 @@ fn print_table(rows: &[Vec<String>]) {
             .enumerate()
             .map(|(i, cell)| format!("{cell:<width$}", width = widths[i]))
             .collect();
-        println!("{}", cells.join("  ").trim_end());
+        outln!("{}", cells.join("  ").trim_end());
     }
 }
