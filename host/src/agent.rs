@@ -195,6 +195,7 @@ impl UnitAgent {
         .await;
         let mut elected_term = self.elected_term;
         let mut failures = 0u32;
+        let mut transient_failures = 0u32;
         loop {
             while let Ok(hook) = self.inbox.try_recv() {
                 self.accept(hook);
@@ -248,10 +249,14 @@ impl UnitAgent {
                         let _ = self.store.set_hook_error(&self.unit, None).await;
                     }
                     failures = 0;
+                    transient_failures = 0;
                 }
                 Err(Failure::Transient(_, why)) => {
+                    // Not the charm's fault: no error status and no limit, but the same
+                    // growing backoff, so a long outage does not rerun the hook in a loop.
+                    transient_failures += 1;
                     tracing::info!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
-                    sleep(self.retry.initial_backoff).await;
+                    sleep(self.retry.backoff(transient_failures)).await;
                 }
                 Err(Failure::Charm(why)) => {
                     failures += 1;
