@@ -174,13 +174,13 @@ impl Bundle {
                 .to_string();
             invalid(line, reason)
         })?;
-        if let Some(kind) = raw.bundle.as_deref() {
-            if kind != "kubernetes" {
-                return Err(invalid(
-                    line_of_key(text, &["bundle"]),
-                    format!("bundle kind {kind:?}: this host runs kubernetes bundles"),
-                ));
-            }
+        if let Some(kind) = raw.bundle.as_deref()
+            && kind != "kubernetes"
+        {
+            return Err(invalid(
+                line_of_key(text, &["bundle"]),
+                format!("bundle kind {kind:?}: this host runs kubernetes bundles"),
+            ));
         }
         let base = path.parent().unwrap_or(Path::new("."));
         let mut applications = Vec::new();
@@ -311,24 +311,24 @@ fn resolve_relation(apps: &[BundleApp], a: &str, b: &str) -> Result<BundleRelati
             .iter()
             .find(|x| x.name == app)
             .ok_or_else(|| format!("relation {a} {b}: no application {app:?} in the bundle"))?;
-        if let Some(ep) = &endpoint {
-            if found.charm.metadata().endpoint(ep).is_none() {
-                let names: Vec<&str> = found
-                    .charm
-                    .metadata()
-                    .relations
-                    .iter()
-                    .map(|r| r.name.as_str())
-                    .collect();
-                return Err(format!(
-                    "relation {a} {b}: application {app} has no endpoint {ep:?} (it has: {})",
-                    if names.is_empty() {
-                        "none".to_string()
-                    } else {
-                        names.join(", ")
-                    }
-                ));
-            }
+        if let Some(ep) = &endpoint
+            && found.charm.metadata().endpoint(ep).is_none()
+        {
+            let names: Vec<&str> = found
+                .charm
+                .metadata()
+                .relations
+                .iter()
+                .map(|r| r.name.as_str())
+                .collect();
+            return Err(format!(
+                "relation {a} {b}: application {app} has no endpoint {ep:?} (it has: {})",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ));
         }
         Ok((found, endpoint))
     };

@@ -448,14 +448,14 @@ fn convert_metadata(meta: bindings::types::Metadata) -> Result<CharmMetadata, St
             t::ConfigValue::Float(f) => ConfigValue::Float(f),
             t::ConfigValue::Boolean(b) => ConfigValue::Boolean(b),
         });
-        if let Some(d) = &default {
-            if d.clone().coerce(kind).is_none() {
-                return Err(format!(
-                    "config option {:?}: default is not a {}",
-                    o.name,
-                    kind.as_str()
-                ));
-            }
+        if let Some(d) = &default
+            && d.clone().coerce(kind).is_none()
+        {
+            return Err(format!(
+                "config option {:?}: default is not a {}",
+                o.name,
+                kind.as_str()
+            ));
         }
         config.push(ConfigOptionMeta {
             name: o.name,

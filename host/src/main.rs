@@ -336,7 +336,7 @@ fn sim_leadership(
     Ok(())
 }
 
-fn inspect(path: &PathBuf, format: Format) -> Result<()> {
+fn inspect(path: &std::path::Path, format: Format) -> Result<()> {
     let runtime = CharmRuntime::new(RuntimeConfig::default()).map_err(anyhow::Error::from)?;
     let charm = runtime.load_file(path)?;
     let meta: &CharmMetadata = charm.metadata();

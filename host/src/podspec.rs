@@ -203,10 +203,10 @@ fn container(value: &Value, path: &str) -> Result<String, FieldError> {
         "imagePullPolicy",
         &["Always", "IfNotPresent", "Never"],
     )?;
-    if let Some(init) = c.get("init") {
-        if !init.is_boolean() {
-            return Err(err(join(path, "init"), "must be true or false"));
-        }
+    if let Some(init) = c.get("init")
+        && !init.is_boolean()
+    {
+        return Err(err(join(path, "init"), "must be true or false"));
     }
     if let Some(ports) = c.get("ports") {
         let ports_path = join(path, "ports");
@@ -229,13 +229,13 @@ fn container(value: &Value, path: &str) -> Result<String, FieldError> {
                 }
             }
             one_of(port, &p, "protocol", &["TCP", "UDP", "SCTP"])?;
-            if let Some(name) = string(port, &p, "name", false)? {
-                if !names.insert(name.to_string()) {
-                    return Err(err(
-                        join(&p, "name"),
-                        format!("duplicate port name {name:?}"),
-                    ));
-                }
+            if let Some(name) = string(port, &p, "name", false)?
+                && !names.insert(name.to_string())
+            {
+                return Err(err(
+                    join(&p, "name"),
+                    format!("duplicate port name {name:?}"),
+                ));
             }
         }
     }

@@ -49,7 +49,7 @@ mod status;
 #[doc(hidden)]
 pub mod wit {
     //! The generated bindings. Charm code uses the typed API instead.
-    #![allow(missing_docs)]
+    #![allow(missing_docs, clippy::too_many_arguments)]
     wit_bindgen::generate!({
         path: "../wit",
         world: "juju:charm/charm@0.1.0",

@@ -34,10 +34,10 @@ impl Charm for Postgresql {
                 }
                 model.unit().set_status(Status::active(""))?;
             }
-            Event::RelationJoined(rel) | Event::RelationChanged(rel) if rel.name == "db" => {
-                if model.is_leader() {
-                    publish_master(model)?;
-                }
+            Event::RelationJoined(rel) | Event::RelationChanged(rel)
+                if rel.name == "db" && model.is_leader() =>
+            {
+                publish_master(model)?;
             }
             Event::Start => {
                 model.unit().set_workload_version("12");

@@ -103,11 +103,11 @@ impl Metrics {
                     });
                 }
                 inner.open.insert(i, (now, until));
-                if let Some((crashed_at, crashed)) = inner.pending_failover {
-                    if crashed != i {
-                        inner.failovers.push(now - crashed_at);
-                        inner.pending_failover = None;
-                    }
+                if let Some((crashed_at, crashed)) = inner.pending_failover
+                    && crashed != i
+                {
+                    inner.failovers.push(now - crashed_at);
+                    inner.pending_failover = None;
                 }
             }
         }
@@ -236,19 +236,19 @@ impl StoreObserver for Metrics {
         let previous = inner
             .current
             .insert(app.to_string(), (lease.holder.clone(), lease.term));
-        if let Some((holder, term)) = previous {
-            if term != lease.term {
-                inner.leadership_changes += 1;
-                let since = inner.last_grant.get(&holder).copied().unwrap_or(0.0);
-                let i = Self::index(&inner, &holder);
-                let crashed = inner.crashes.iter().any(|(at, u)| *u == i && *at >= since);
-                let outage = self.plan.longest_outage_between(
-                    Duration::from_secs_f64(since),
-                    Duration::from_secs_f64(now),
-                );
-                if !crashed && outage < self.guarantee {
-                    inner.spurious_changes += 1;
-                }
+        if let Some((holder, term)) = previous
+            && term != lease.term
+        {
+            inner.leadership_changes += 1;
+            let since = inner.last_grant.get(&holder).copied().unwrap_or(0.0);
+            let i = Self::index(&inner, &holder);
+            let crashed = inner.crashes.iter().any(|(at, u)| *u == i && *at >= since);
+            let outage = self.plan.longest_outage_between(
+                Duration::from_secs_f64(since),
+                Duration::from_secs_f64(now),
+            );
+            if !crashed && outage < self.guarantee {
+                inner.spurious_changes += 1;
             }
         }
         inner.last_grant.insert(lease.holder.clone(), sent);

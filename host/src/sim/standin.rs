@@ -163,10 +163,8 @@ impl HookExecutor for DiscourseStandIn {
             if let Err(why) = bounded_work(work, guarantee.as_deref(), margin).await {
                 return ctx.finish(HookOutcome::Interrupted(why));
             }
-            if leader {
-                if let Err(e) = configure_pod(&mut ctx) {
-                    return ctx.finish(HookOutcome::Failed(e));
-                }
+            if leader && let Err(e) = configure_pod(&mut ctx) {
+                return ctx.finish(HookOutcome::Failed(e));
             }
             let active = WitStatus {
                 kind: StatusKind::Active,

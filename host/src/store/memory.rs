@@ -491,13 +491,13 @@ impl StateStore for MemoryStore {
                     return Err(not_found(format!("relation {id}")).into());
                 }
             }
-            if let Some(seq) = hook {
-                if !inner.units[unit].queue.iter().any(|(s, _)| *s == seq) {
-                    return Err(CommitError::NotQueued {
-                        unit: unit.to_string(),
-                        seq,
-                    });
-                }
+            if let Some(seq) = hook
+                && !inner.units[unit].queue.iter().any(|(s, _)| *s == seq)
+            {
+                return Err(CommitError::NotQueued {
+                    unit: unit.to_string(),
+                    seq,
+                });
             }
 
             let mut receipt = CommitReceipt::default();

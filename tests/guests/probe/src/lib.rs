@@ -49,12 +49,9 @@ impl Charm for Probe {
 
     fn handle(model: &Model, event: Event) -> HookResult {
         let mode: String = model.config().get("mode")?;
-        match (mode.as_str(), &event) {
-            (_, Event::Install) => {
-                let runs: u32 = model.stored().get("install-runs")?.unwrap_or(0);
-                model.stored().set("install-runs", &(runs + 1))?;
-            }
-            _ => {}
+        if event == Event::Install {
+            let runs: u32 = model.stored().get("install-runs")?.unwrap_or(0);
+            model.stored().set("install-runs", &(runs + 1))?;
         }
         if mode == "count" {
             // Every hook counts itself, twice in one commit: after any crash, each count
