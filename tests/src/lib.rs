@@ -1,7 +1,7 @@
 //! Shared pieces of the cross-crate tests: the compiled guests and a small deployment kit.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -83,6 +83,19 @@ pub async fn settle(controller: &Controller, limit: Duration) {
                 controller.pending()
             )
         });
+}
+
+/// The `charm-host` binary beside the running test (`target/<profile>/charm-host`), checked
+/// to be fresh.
+pub fn charm_host_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("a test knows its own path");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("tests run from target/<profile>/deps")
+        .join("charm-host");
+    assert_fresh_binary(&bin);
+    bin
 }
 
 /// Fails the test when the `charm-host` binary is missing or older than the host's sources:

@@ -10,18 +10,6 @@ use std::time::{Duration, Instant};
 use charm_host::store::{SqliteStore, StateStore};
 use charm_tests::guests;
 
-/// The `charm-host` binary next to this test's own directory (`target/<profile>/`).
-fn charm_host() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("charm-host");
-    charm_tests::assert_fresh_binary(&bin);
-    bin
-}
-
 fn write_bundle(dir: &Path) -> PathBuf {
     for (name, path) in [
         ("discourse", guests::DISCOURSE),
@@ -89,7 +77,7 @@ fn killed_at_random_moments_the_host_loses_nothing_and_applies_nothing_twice() {
         .ok()
         .and_then(|k| k.parse().ok())
         .unwrap_or(200);
-    let bin = charm_host();
+    let bin = charm_tests::charm_host_binary();
     let mut rng = Lcg(0x5eed);
     let mut kills = 0;
     let mut stores = 0;

@@ -4,23 +4,12 @@
 //! takes over and finishes the work.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use charm_host::store::{SqliteStore, StateStore};
 use charm_tests::guests;
-
-fn charm_host() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("charm-host");
-    charm_tests::assert_fresh_binary(&bin);
-    bin
-}
 
 fn host(bin: &Path, bundle: &Path, store: &str, units: &str, log: &Path) -> Child {
     Command::new(bin)
@@ -76,7 +65,7 @@ fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn two_hosts_sharing_a_store_never_both_lead() {
-    let bin = charm_host();
+    let bin = charm_tests::charm_host_binary();
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(guests::DISCOURSE, dir.path().join("discourse.wasm")).unwrap();
     std::fs::copy(guests::POSTGRESQL, dir.path().join("postgresql.wasm")).unwrap();
