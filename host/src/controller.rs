@@ -209,7 +209,22 @@ impl Controller {
         units: u32,
     ) -> Result<Vec<String>, ControllerError> {
         match self.shared.store.application(app).await {
-            Ok(existing) => return self.resume(existing, executor, units).await,
+            Ok(existing) => {
+                // Resuming does not change config (nor fire config-changed): say so
+                // rather than let a changed bundle look applied.
+                let changed: Vec<&String> = config
+                    .iter()
+                    .filter(|(name, value)| existing.config.get(*name) != Some(*value))
+                    .map(|(name, _)| name)
+                    .collect();
+                if !changed.is_empty() {
+                    tracing::warn!(
+                        app,
+                        "options {changed:?} differ from the store's; resuming keeps the store's config"
+                    );
+                }
+                return self.resume(existing, executor, units).await;
+            }
             Err(StoreError::NotFound(_)) => {}
             Err(e) => return Err(e.into()),
         }
