@@ -189,13 +189,8 @@ impl CharmRuntime {
         let mut charm = Charm {
             runtime: self.clone(),
             pre,
-            metadata: Arc::new(CharmMetadata {
-                name: String::new(),
-                summary: String::new(),
-                relations: vec![],
-                config: vec![],
-                actions: vec![],
-            }),
+            // Filled in from the charm's own `metadata` export just below.
+            metadata: Arc::default(),
         };
         charm.metadata = Arc::new(charm.read_metadata(&path)?);
         Ok(charm)

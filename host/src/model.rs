@@ -179,7 +179,7 @@ pub struct ActionMeta {
 }
 
 /// What a charm declares, as read from its component.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct CharmMetadata {
     /// The charm's name.
     pub name: String,
