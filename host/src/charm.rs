@@ -27,6 +27,7 @@ const CHARM_INTERFACES: &[&str] = &[
     "status",
     "log",
     "state",
+    "action",
 ];
 /// The package and version this host speaks.
 pub const WIT_PACKAGE: &str = "juju:charm@0.1.0";

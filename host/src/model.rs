@@ -300,6 +300,21 @@ pub struct Changes {
     /// Set by the host on a leader-elected hook: the term it was elected for, recorded so a
     /// restarted host does not run leader-elected twice for one term.
     pub elected_term: Option<u64>,
+    /// What an action hook reported for its operator. Not kept by the stores: it goes back
+    /// with the hook's run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<ActionOutput>,
+}
+
+/// What an action reported: its results, whether it failed, and its progress messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionOutput {
+    /// The results, by key.
+    pub results: BTreeMap<String, String>,
+    /// The failure message, if the action failed.
+    pub failure: Option<String>,
+    /// The progress messages, in order.
+    pub log: Vec<String>,
 }
 
 impl Changes {

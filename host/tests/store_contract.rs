@@ -173,6 +173,7 @@ fn leader_hook(m: &Model) -> Changes {
         workload_version: Some("1.2.3".into()),
         stored: writes(&[("installed", Some("yes"))]),
         elected_term: None,
+        action: None,
     }
 }
 

@@ -1,5 +1,6 @@
 //! The host side of each WIT interface the charm imports, one file per interface.
 
+mod action;
 mod config;
 mod leadership;
 mod log;
