@@ -1,9 +1,19 @@
+use serde::{Deserialize, Serialize};
+
+use crate::backend;
 use crate::error::{Error, Result};
-use crate::wit::juju::charm::config as host;
 use crate::wit::juju::charm::types as wit;
 
 /// A config option's value, typed as the charm declared it.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// ```
+/// use charm_sdk::ConfigValue;
+///
+/// assert_eq!(ConfigValue::from(80), ConfigValue::Int(80));
+/// assert_eq!(ConfigValue::from("nginx"), ConfigValue::String("nginx".into()));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
 pub enum ConfigValue {
     /// A `string` option.
     String(String),
@@ -15,7 +25,65 @@ pub enum ConfigValue {
     Boolean(bool),
 }
 
+impl From<&str> for ConfigValue {
+    fn from(s: &str) -> Self {
+        ConfigValue::String(s.to_string())
+    }
+}
+
+impl From<String> for ConfigValue {
+    fn from(s: String) -> Self {
+        ConfigValue::String(s)
+    }
+}
+
+impl From<i64> for ConfigValue {
+    fn from(i: i64) -> Self {
+        ConfigValue::Int(i)
+    }
+}
+
+impl From<i32> for ConfigValue {
+    fn from(i: i32) -> Self {
+        ConfigValue::Int(i.into())
+    }
+}
+
+impl From<f64> for ConfigValue {
+    fn from(f: f64) -> Self {
+        ConfigValue::Float(f)
+    }
+}
+
+impl From<bool> for ConfigValue {
+    fn from(b: bool) -> Self {
+        ConfigValue::Boolean(b)
+    }
+}
+
 impl ConfigValue {
+    /// The value converted to `kind` where Juju would accept it (an int for a float option);
+    /// `None` when it is of another type.
+    ///
+    /// ```
+    /// use charm_sdk::{ConfigValue, OptionType};
+    ///
+    /// assert_eq!(ConfigValue::Int(2).coerce(OptionType::Float), Some(ConfigValue::Float(2.0)));
+    /// assert_eq!(ConfigValue::Int(2).coerce(OptionType::String), None);
+    /// ```
+    pub fn coerce(self, kind: crate::OptionType) -> Option<ConfigValue> {
+        use crate::OptionType as T;
+        match (self, kind) {
+            (v @ ConfigValue::String(_), T::String)
+            | (v @ ConfigValue::Int(_), T::Int)
+            | (v @ ConfigValue::Float(_), T::Float)
+            | (v @ ConfigValue::Boolean(_), T::Boolean) => Some(v),
+            (ConfigValue::Int(i), T::Float) => Some(ConfigValue::Float(i as f64)),
+            _ => None,
+        }
+    }
+
+    #[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
     pub(crate) fn from_wit(v: wit::ConfigValue) -> Self {
         match v {
             wit::ConfigValue::String(s) => ConfigValue::String(s),
@@ -120,6 +188,12 @@ impl Config {
 
     /// An option's value; an error if it is undeclared, unset with no default, or of
     /// another type.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// let port: i64 = model.config().get("port")?;
+    /// # Ok(()) }
+    /// ```
     pub fn get<T: FromConfigValue>(&self, name: &str) -> Result<T> {
         self.get_opt(name)?.ok_or_else(|| Error::ConfigType {
             name: name.to_string(),
@@ -128,10 +202,16 @@ impl Config {
     }
 
     /// An option's value, `None` when it has no value and no default.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// let emails: Option<String> = model.config().get_opt("developer_emails")?;
+    /// # Ok(()) }
+    /// ```
     pub fn get_opt<T: FromConfigValue>(&self, name: &str) -> Result<Option<T>> {
-        match host::config_get(name)? {
+        match backend::with(|b| b.config_get(name))? {
             None => Ok(None),
-            Some(v) => T::from_config_value(ConfigValue::from_wit(v))
+            Some(v) => T::from_config_value(v)
                 .map(Some)
                 .ok_or_else(|| Error::ConfigType {
                     name: name.to_string(),
@@ -141,10 +221,15 @@ impl Config {
     }
 
     /// Every option that has a value, sorted by name.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) {
+    /// for (name, value) in model.config().all() {
+    ///     charm_sdk::log::debug(&format!("{name} = {value:?}"));
+    /// }
+    /// # }
+    /// ```
     pub fn all(&self) -> Vec<(String, ConfigValue)> {
-        host::config_get_all()
-            .into_iter()
-            .map(|(k, v)| (k, ConfigValue::from_wit(v)))
-            .collect()
+        backend::with(|b| b.config_get_all())
     }
 }

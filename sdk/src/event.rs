@@ -1,7 +1,19 @@
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::backend;
+use crate::error::{Error, Result};
 use crate::wit::juju::charm::types as wit;
 
 /// The relation an event is about.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// ```
+/// use charm_sdk::{Event, RelationEvent};
+///
+/// let joined = RelationEvent::new(3, "cluster", "kv").unit("kv/1");
+/// assert_eq!(Event::RelationJoined(joined).hook_name(), "cluster-relation-joined");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RelationEvent {
     /// The relation's id, unique in the model.
     pub id: u32,
@@ -13,8 +25,65 @@ pub struct RelationEvent {
     pub remote_unit: Option<String>,
 }
 
-/// An action invocation.
-#[derive(Debug, Clone, PartialEq)]
+impl RelationEvent {
+    /// An event about relation `id` on endpoint `name`, with `remote_app` on the other side
+    /// and no remote unit (a change of the remote application's bag).
+    ///
+    /// ```
+    /// let ev = charm_sdk::RelationEvent::new(1, "db", "postgresql");
+    /// assert_eq!(ev.remote_unit, None);
+    /// ```
+    pub fn new(id: u32, name: impl Into<String>, remote_app: impl Into<String>) -> Self {
+        RelationEvent {
+            id,
+            name: name.into(),
+            remote_app: remote_app.into(),
+            remote_unit: None,
+        }
+    }
+
+    /// The same event about this remote unit.
+    ///
+    /// ```
+    /// let ev = charm_sdk::RelationEvent::new(1, "db", "postgresql").unit("postgresql/0");
+    /// assert_eq!(ev.remote_unit.as_deref(), Some("postgresql/0"));
+    /// ```
+    pub fn unit(mut self, remote_unit: impl Into<String>) -> Self {
+        self.remote_unit = Some(remote_unit.into());
+        self
+    }
+}
+
+/// An action invocation, and the way to answer it.
+///
+/// Results, the failure and progress messages go to the operator who ran the action.
+///
+/// ```
+/// use charm_sdk::testing::{Context, State};
+/// use charm_sdk::{ActionEvent, Charm, Event, HookResult, Metadata, Model};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Greet { name: String }
+///
+/// struct Greeter;
+/// impl Charm for Greeter {
+///     fn metadata() -> Metadata { Metadata::new("greeter").action("greet", "Says hello") }
+///     fn handle(_: &Model, event: Event) -> HookResult {
+///         if let Event::Action(action) = event {
+///             let params: Greet = action.params_as()?;
+///             action.log("greeting");
+///             action.set_result("greeting", &format!("hello {}", params.name))?;
+///         }
+///         Ok(())
+///     }
+/// }
+/// let run = ActionEvent::new("greet").param("name", "world");
+/// let out = Context::<Greeter>::new().run(Event::Action(run), State::default());
+/// let action = out.action.expect("an action ran");
+/// assert_eq!(action.results["greeting"], "hello world");
+/// assert_eq!(action.log, ["greeting"]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActionEvent {
     /// The action's id.
     pub id: String,
@@ -22,6 +91,101 @@ pub struct ActionEvent {
     pub name: String,
     /// The parameters given by the operator.
     pub params: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ActionEvent {
+    /// A run of action `name` with no parameters (id `1`).
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::ActionEvent::new("backup").name, "backup");
+    /// ```
+    pub fn new(name: impl Into<String>) -> Self {
+        ActionEvent {
+            id: "1".into(),
+            name: name.into(),
+            params: serde_json::Map::new(),
+        }
+    }
+
+    /// The same run with one more parameter.
+    ///
+    /// ```
+    /// let run = charm_sdk::ActionEvent::new("put").param("key", "a").param("ttl", 30);
+    /// assert_eq!(run.params["ttl"], 30);
+    /// ```
+    pub fn param(mut self, key: impl Into<String>, value: impl Into<serde_json::Value>) -> Self {
+        self.params.insert(key.into(), value.into());
+        self
+    }
+
+    /// The parameters as the charm's own type.
+    ///
+    /// ```
+    /// #[derive(serde::Deserialize)]
+    /// struct Put { key: String }
+    /// let run = charm_sdk::ActionEvent::new("put").param("key", "a");
+    /// let put: Put = run.params_as().unwrap();
+    /// assert_eq!(put.key, "a");
+    /// ```
+    pub fn params_as<T: DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_value(serde_json::Value::Object(self.params.clone())).map_err(|e| {
+            Error::InvalidArgument(format!("parameters of action {:?}: {e}", self.name))
+        })
+    }
+
+    /// Sets one result. Keys are lowercase letters, digits and `-`, starting with a letter.
+    ///
+    /// ```no_run
+    /// # fn f(action: &charm_sdk::ActionEvent) -> charm_sdk::HookResult {
+    /// action.set_result("backup-id", "2024-01-01")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn set_result(&self, key: &str, value: &str) -> Result<()> {
+        self.set_results([(key, value)])
+    }
+
+    /// Sets several results at once.
+    ///
+    /// ```no_run
+    /// # fn f(action: &charm_sdk::ActionEvent) -> charm_sdk::HookResult {
+    /// action.set_results([("size", "42"), ("unit", "MiB")])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn set_results<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        results: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<()> {
+        let results: Vec<(String, String)> = results
+            .into_iter()
+            .map(|(k, v)| (k.as_ref().to_string(), v.as_ref().to_string()))
+            .collect();
+        backend::with(|b| b.action_set_results(&results))
+    }
+
+    /// Marks the action failed. The hook still succeeds and its writes are applied; return
+    /// an error from the hook to discard them too.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model, action: &charm_sdk::ActionEvent) {
+    /// if !model.is_leader() {
+    ///     action.fail("run this action on the leader");
+    /// }
+    /// # }
+    /// ```
+    pub fn fail(&self, message: &str) {
+        backend::with(|b| b.action_fail(message))
+    }
+
+    /// A progress message for the operator.
+    ///
+    /// ```no_run
+    /// # fn f(action: &charm_sdk::ActionEvent) {
+    /// action.log("dumping the database");
+    /// # }
+    /// ```
+    pub fn log(&self, message: &str) {
+        backend::with(|b| b.action_log(message))
+    }
 }
 
 /// The hook being run: one variant per Juju hook.
@@ -36,7 +200,7 @@ pub struct ActionEvent {
 /// assert_eq!(ev.hook_name(), "db-relation-changed");
 /// assert_eq!(ev.relation().map(|r| r.id), Some(1));
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Event {
     /// The unit was just deployed; the first hook a unit runs.
     Install,
@@ -72,6 +236,10 @@ pub enum Event {
 
 impl Event {
     /// Juju's name for the hook, such as `install` or `db-relation-changed`.
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::Event::LeaderElected.hook_name(), "leader-elected");
+    /// ```
     pub fn hook_name(&self) -> String {
         let rel = |r: &RelationEvent, what: &str| format!("{}-relation-{what}", r.name);
         match self {
@@ -94,6 +262,10 @@ impl Event {
     }
 
     /// The relation this event is about, for relation events.
+    ///
+    /// ```
+    /// assert!(charm_sdk::Event::Start.relation().is_none());
+    /// ```
     pub fn relation(&self) -> Option<&RelationEvent> {
         match self {
             Event::RelationCreated(r)

@@ -36,6 +36,7 @@
 
 #![deny(missing_docs)]
 
+mod backend;
 mod config;
 mod error;
 mod event;
@@ -45,6 +46,8 @@ mod model;
 pub mod pod;
 mod relation;
 mod status;
+#[cfg(not(target_family = "wasm"))]
+pub mod testing;
 
 #[doc(hidden)]
 pub mod wit {
@@ -67,13 +70,29 @@ pub use error::{Error, HookError, HookResult};
 pub use event::{ActionEvent, Event, RelationEvent};
 pub use metadata::{ActionMeta, ConfigOption, Metadata, OptionType, RelationMeta, RelationRole};
 pub use model::{Application, LeaderData, Model, StoredState, Unit};
-pub use pod::{Container, ContainerPort, PodSpec};
+pub use pod::{Container, ContainerPort, K8sResources, PodSpec};
 pub use relation::{DataBag, Relation};
 pub use status::Status;
 
 /// A charm: its metadata and its hook handler.
 ///
 /// See the crate documentation for a complete charm.
+///
+/// ```
+/// use charm_sdk::testing::{Context, State};
+/// use charm_sdk::{Charm, Event, HookResult, Metadata, Model, Status};
+///
+/// struct Idle;
+/// impl Charm for Idle {
+///     fn metadata() -> Metadata { Metadata::new("idle") }
+///     fn handle(model: &Model, _: Event) -> HookResult {
+///         model.unit().set_status(Status::active("idle"))?;
+///         Ok(())
+///     }
+/// }
+/// let out = Context::<Idle>::new().run(Event::UpdateStatus, State::default());
+/// assert_eq!(out.state.unit_status, Status::active("idle"));
+/// ```
 pub trait Charm {
     /// What the charm declares: name, endpoints, config options, actions. Read by
     /// `charm-host inspect` and checked by the host when a bundle is deployed.
@@ -96,9 +115,28 @@ pub trait Charm {
 /// charm_sdk::export_charm!(Noop);
 /// # fn main() {}
 /// ```
+///
+/// The type must implement [`Charm`]; anything else is refused at compile time, pointing at
+/// the type given:
+///
+/// ```compile_fail
+/// struct NotACharm;
+/// charm_sdk::export_charm!(NotACharm); // error: the trait `Charm` is not implemented
+/// # fn main() {}
+/// ```
 #[macro_export]
 macro_rules! export_charm {
     ($charm:ty) => {
+        // Checked first and alone, so a type that is not a charm gets one error about
+        // `Charm`, at the type the author wrote, rather than errors inside the expansion.
+        const _: () = {
+            const fn __assert_charm<C: $crate::Charm>() {}
+            __assert_charm::<$charm>();
+        };
+
+        // The component's entry points exist only in wasm: natively the testing harness
+        // calls the charm directly, and several charms can then link into one test.
+        #[cfg(target_family = "wasm")]
         const _: () = {
             struct __CharmExport;
 
@@ -133,7 +171,38 @@ pub mod __private {
         context: wit::juju::charm::types::Context,
         event: wit::juju::charm::types::Event,
     ) -> Result<(), String> {
-        let model = Model::from_context(context);
-        C::handle(&model, Event::from_wit(event)).map_err(|e| e.to_string())
+        let model = Model::new(context.model, context.unit, context.app);
+        dispatch::<C>(&model, Event::from_wit(event)).map_err(|e| e.to_string())
+    }
+
+    /// Where deferred events are kept, in the unit's stored state.
+    pub const DEFERRED_KEY: &str = "charm-sdk.deferred";
+
+    /// Runs the events deferred by earlier hooks, then `event`, as ops does; keeps those
+    /// that defer again. The list is written only when it changes, so a charm that never
+    /// defers writes nothing for it.
+    pub(crate) fn dispatch<C: Charm>(model: &Model, event: Event) -> HookResult {
+        let deferred: Vec<Event> = model.stored().get(DEFERRED_KEY)?.unwrap_or_default();
+        let mut still = Vec::new();
+        for earlier in &deferred {
+            C::handle(model, earlier.clone())?;
+            if model.take_deferred() {
+                still.push(earlier.clone());
+            }
+        }
+        // As in Juju, an action is answered now or never: it is not deferred.
+        let deferrable = !matches!(event, Event::Action(_));
+        C::handle(model, event.clone())?;
+        if model.take_deferred() && deferrable {
+            still.push(event);
+        }
+        if still != deferred {
+            if still.is_empty() {
+                model.stored().remove(DEFERRED_KEY);
+            } else {
+                model.stored().set(DEFERRED_KEY, &still)?;
+            }
+        }
+        Ok(())
     }
 }

@@ -1,46 +1,118 @@
+use std::cell::Cell;
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::backend;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::pod::Pod;
 use crate::relation::Relation;
 use crate::status::Status;
-use crate::wit::juju::charm::{leadership, relations, state, status, types};
 
 /// The unit's view of the Juju model during one hook, in the shape of Python ops' `Model`.
 ///
 /// Reads see the model as it was when the hook started plus the hook's own writes; writes
 /// are buffered by the host and applied together when the hook succeeds.
+///
+/// ```
+/// use charm_sdk::testing::{Context, State};
+/// use charm_sdk::{Charm, Event, HookResult, Metadata, Model, Status};
+///
+/// struct Named;
+/// impl Charm for Named {
+///     fn metadata() -> Metadata { Metadata::new("named") }
+///     fn handle(model: &Model, _: Event) -> HookResult {
+///         let msg = format!("{} of {} in {}", model.unit().name(), model.app().name(), model.name());
+///         model.unit().set_status(Status::active(msg))?;
+///         Ok(())
+///     }
+/// }
+/// let out = Context::<Named>::new().run(Event::Start, State::default());
+/// assert_eq!(out.state.unit_status, Status::active("named/0 of named in test"));
+/// ```
 #[derive(Debug, Clone)]
 pub struct Model {
     name: String,
     unit: Unit,
     app: Application,
+    deferred: Cell<bool>,
 }
 
 impl Model {
-    pub(crate) fn from_context(ctx: types::Context) -> Self {
+    pub(crate) fn new(model: String, unit: String, app: String) -> Self {
         Model {
-            name: ctx.model,
-            unit: Unit { name: ctx.unit },
-            app: Application { name: ctx.app },
+            name: model,
+            unit: Unit { name: unit },
+            app: Application { name: app },
+            deferred: Cell::new(false),
         }
     }
 
     /// The model's name.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) {
+    /// let host = format!("db.{}.svc", model.name());
+    /// # }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// This unit.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) {
+    /// let me: &str = model.unit().name();
+    /// # }
+    /// ```
     pub fn unit(&self) -> &Unit {
         &self.unit
     }
 
     /// This unit's application.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) {
+    /// let service = format!("{}-endpoints", model.app().name());
+    /// # }
+    /// ```
     pub fn app(&self) -> &Application {
         &self.app
+    }
+
+    /// Defers the event being handled, as ops' `event.defer()`: it is handled again, with
+    /// the model as it is then, at the start of the unit's next hook, before that hook's
+    /// own event; and again after that until a run does not defer it. Deferral is one of
+    /// the hook's writes, kept in the unit's stored state: a failed hook defers nothing.
+    ///
+    /// Actions cannot be deferred (as in Juju): deferring one is ignored.
+    ///
+    /// ```
+    /// use charm_sdk::testing::{Context, State};
+    /// use charm_sdk::{Charm, Event, HookResult, Metadata, Model};
+    ///
+    /// struct Patient;
+    /// impl Charm for Patient {
+    ///     fn metadata() -> Metadata { Metadata::new("patient").requires("db", "pgsql") }
+    ///     fn handle(model: &Model, event: Event) -> HookResult {
+    ///         if event == Event::ConfigChanged && model.relation("db")?.is_none() {
+    ///             model.defer(); // configure once the database is there
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    /// let out = Context::<Patient>::new().run(Event::ConfigChanged, State::default());
+    /// assert_eq!(out.state.deferred(), vec![Event::ConfigChanged]);
+    /// ```
+    pub fn defer(&self) {
+        self.deferred.set(true);
+    }
+
+    /// Whether [`Model::defer`] was called during this event.
+    pub(crate) fn take_deferred(&self) -> bool {
+        self.deferred.replace(false)
     }
 
     /// Whether this unit is the application's leader.
@@ -56,10 +128,16 @@ impl Model {
     /// # Ok(()) }
     /// ```
     pub fn is_leader(&self) -> bool {
-        leadership::is_leader()
+        backend::with(|b| b.is_leader())
     }
 
     /// The application's config.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// let image: String = model.config().get("image")?;
+    /// # Ok(()) }
+    /// ```
     pub fn config(&self) -> Config {
         Config::new()
     }
@@ -74,20 +152,37 @@ impl Model {
     /// # Ok(()) }
     /// ```
     pub fn relations(&self, name: &str) -> Result<Vec<Relation>> {
-        relations::relation_ids(name)
+        backend::with(|b| b.relation_ids(name))
             .into_iter()
             .map(|id| self.relation_by_id(id))
             .collect()
     }
 
     /// The single relation on endpoint `name`, if there is one.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// let Some(db) = model.relation("db")? else {
+    ///     model.unit().set_status(charm_sdk::Status::blocked("needs a db relation"))?;
+    ///     return Ok(());
+    /// };
+    /// # Ok(()) }
+    /// ```
     pub fn relation(&self, name: &str) -> Result<Option<Relation>> {
         Ok(self.relations(name)?.into_iter().next())
     }
 
     /// The relation with this id.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model, event: charm_sdk::Event) -> charm_sdk::HookResult {
+    /// if let charm_sdk::Event::RelationChanged(rel) = event {
+    ///     let relation = model.relation_by_id(rel.id)?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn relation_by_id(&self, id: u32) -> Result<Relation> {
-        let r = relations::relation_get(id)?;
+        let r = backend::with(|b| b.relation_get(id))?;
         Ok(Relation::new(
             r,
             self.unit.name.clone(),
@@ -96,22 +191,48 @@ impl Model {
     }
 
     /// The leader settings, shared by all units of the application and written by the leader.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) {
+    /// let password = model.leader_data().get("password");
+    /// # }
+    /// ```
     pub fn leader_data(&self) -> LeaderData {
         LeaderData { _private: () }
     }
 
     /// The application's Kubernetes pod.
+    ///
+    /// ```no_run
+    /// # use charm_sdk::pod::{Container, PodSpec};
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// model.pod().set_spec(&PodSpec::new().container(Container::new("web", "nginx:1.25")))?;
+    /// # Ok(()) }
+    /// ```
     pub fn pod(&self) -> Pod {
         Pod::new()
     }
 
     /// This unit's persistent state.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// let installed: bool = model.stored().get("installed")?.unwrap_or(false);
+    /// # Ok(()) }
+    /// ```
     pub fn stored(&self) -> StoredState {
         StoredState { _private: () }
     }
 }
 
 /// A unit of an application.
+///
+/// ```no_run
+/// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+/// let unit = model.unit();
+/// unit.set_status(charm_sdk::Status::maintenance(format!("{} installing", unit.name())))?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unit {
     name: String,
@@ -119,13 +240,25 @@ pub struct Unit {
 
 impl Unit {
     /// The unit's name, such as `discourse/0`.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) {
+    /// let ordinal = model.unit().name().rsplit('/').next();
+    /// # }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// The unit's status as the hook sees it.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) {
+    /// let ready = matches!(model.unit().status(), charm_sdk::Status::Active(_));
+    /// # }
+    /// ```
     pub fn status(&self) -> Status {
-        Status::from_wit(status::unit_status())
+        backend::with(|b| b.unit_status())
     }
 
     /// Sets the unit's status.
@@ -136,16 +269,30 @@ impl Unit {
     /// # Ok(()) }
     /// ```
     pub fn set_status(&self, status: Status) -> Result<()> {
-        Ok(status::set_unit_status(&status.into_wit())?)
+        backend::with(|b| b.set_unit_status(status))
     }
 
     /// Sets the workload version shown in status.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) {
+    /// model.unit().set_workload_version("12.4");
+    /// # }
+    /// ```
     pub fn set_workload_version(&self, version: &str) {
-        status::set_workload_version(version)
+        backend::with(|b| b.set_workload_version(version))
     }
 }
 
 /// An application.
+///
+/// ```no_run
+/// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+/// if model.is_leader() {
+///     model.app().set_status(charm_sdk::Status::active("serving"))?;
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Application {
     name: String,
@@ -153,18 +300,38 @@ pub struct Application {
 
 impl Application {
     /// The application's name.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) {
+    /// let host = format!("{}-0.{}-endpoints", model.app().name(), model.app().name());
+    /// # }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// The application's status. Leader only.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// if model.is_leader() {
+    ///     let status = model.app().status()?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn status(&self) -> Result<Status> {
-        Ok(Status::from_wit(status::app_status()?))
+        backend::with(|b| b.app_status())
     }
 
     /// Sets the application's status. Leader only.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// model.app().set_status(charm_sdk::Status::blocked("needs a db relation"))?;
+    /// # Ok(()) }
+    /// ```
     pub fn set_status(&self, status: Status) -> Result<()> {
-        Ok(status::set_app_status(&status.into_wit())?)
+        backend::with(|b| b.set_app_status(status))
     }
 }
 
@@ -185,23 +352,47 @@ pub struct LeaderData {
 
 impl LeaderData {
     /// One setting.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) {
+    /// let password: Option<String> = model.leader_data().get("password");
+    /// # }
+    /// ```
     pub fn get(&self, key: &str) -> Option<String> {
-        leadership::leader_get(key)
+        backend::with(|b| b.leader_get(key))
     }
 
     /// Every setting, sorted by key.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) {
+    /// let count = model.leader_data().all().len();
+    /// # }
+    /// ```
     pub fn all(&self) -> Vec<(String, String)> {
-        leadership::leader_get_all()
+        backend::with(|b| b.leader_get_all())
     }
 
     /// Sets a setting. Leader only.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// model.leader_data().set("password", "s3cret")?;
+    /// # Ok(()) }
+    /// ```
     pub fn set(&self, key: &str, value: &str) -> Result<()> {
-        Ok(leadership::leader_set(key, Some(value))?)
+        backend::with(|b| b.leader_set(key, Some(value)))
     }
 
     /// Removes a setting. Leader only.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// model.leader_data().remove("password")?;
+    /// # Ok(()) }
+    /// ```
     pub fn remove(&self, key: &str) -> Result<()> {
-        Ok(leadership::leader_set(key, None)?)
+        backend::with(|b| b.leader_set(key, None))
     }
 }
 
@@ -221,20 +412,39 @@ pub struct StoredState {
 
 impl StoredState {
     /// A stored value, deserialised from JSON.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// let peers: Vec<String> = model.stored().get("peers")?.unwrap_or_default();
+    /// # Ok(()) }
+    /// ```
     pub fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
-        state::get(key)
+        backend::with(|b| b.state_get(key))
             .map(|raw| serde_json::from_str(&raw).map_err(Error::from))
             .transpose()
     }
 
     /// Stores a value as JSON.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// model.stored().set("peers", &["kv/1", "kv/2"])?;
+    /// # Ok(()) }
+    /// ```
     pub fn set<T: Serialize + ?Sized>(&self, key: &str, value: &T) -> Result<()> {
-        state::set(key, Some(&serde_json::to_string(value)?));
+        let json = serde_json::to_string(value)?;
+        backend::with(|b| b.state_set(key, Some(&json)));
         Ok(())
     }
 
     /// Removes a stored value.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) {
+    /// model.stored().remove("peers");
+    /// # }
+    /// ```
     pub fn remove(&self, key: &str) {
-        state::set(key, None)
+        backend::with(|b| b.state_set(key, None))
     }
 }

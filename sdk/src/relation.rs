@@ -1,9 +1,17 @@
 use std::collections::BTreeMap;
 
+use crate::backend::{self, RelationInfo};
 use crate::error::Result;
-use crate::wit::juju::charm::relations as host;
 
 /// A relation as this unit sees it.
+///
+/// ```no_run
+/// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+/// if let Some(db) = model.relation("db")? {
+///     charm_sdk::log::info(&format!("{} units of {} on relation {}", db.remote_units().len(), db.remote_app(), db.id()));
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Relation {
     id: u32,
@@ -21,7 +29,7 @@ enum Owner {
 }
 
 impl Relation {
-    pub(crate) fn new(r: host::Relation, local_unit: String, local_app: String) -> Self {
+    pub(crate) fn new(r: RelationInfo, local_unit: String, local_app: String) -> Self {
         Relation {
             id: r.id,
             name: r.name,
@@ -33,28 +41,65 @@ impl Relation {
     }
 
     /// The relation's id.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// let ids: Vec<u32> = model.relations("db")?.iter().map(|r| r.id()).collect();
+    /// # Ok(()) }
+    /// ```
     pub fn id(&self) -> u32 {
         self.id
     }
 
     /// The endpoint's name on this side.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// let rel = model.relation_by_id(1)?;
+    /// assert_eq!(rel.name(), "db");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// The application on the other side.
+    /// The application on the other side (this one for a peer relation).
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// let rel = model.relation_by_id(1)?;
+    /// assert_eq!(rel.remote_app(), "postgresql");
+    /// # Ok(()) }
+    /// ```
     pub fn remote_app(&self) -> &str {
         &self.remote_app
     }
 
-    /// The remote units that have joined, sorted.
+    /// The remote units that have joined, sorted (for peers: the other units).
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// let peers = model.relation("cluster")?.map(|r| r.remote_units().len()).unwrap_or(0);
+    /// # Ok(()) }
+    /// ```
     pub fn remote_units(&self) -> &[String] {
         &self.remote_units
     }
 
     /// A unit's bag: this unit's own (writable) or a remote unit's (read only).
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// let rel = model.relation_by_id(1)?;
+    /// for unit in rel.remote_units() {
+    ///     let address = rel.unit_data(unit)?.get("address").map(str::to_owned);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn unit_data(&self, unit: &str) -> Result<DataBag> {
-        let entries = host::unit_data(self.id, unit)?.into_iter().collect();
+        let entries = backend::with(|b| b.unit_data(self.id, unit))?
+            .into_iter()
+            .collect();
         Ok(DataBag {
             relation: self.id,
             owner: Owner::Unit(unit.to_string()),
@@ -62,9 +107,19 @@ impl Relation {
         })
     }
 
-    /// An application's bag: this application's (leader only) or the remote one's (read only).
+    /// An application's bag: this application's (leader only, except on a peer relation,
+    /// where every unit reads it) or the remote one's (read only).
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// let rel = model.relation_by_id(1)?;
+    /// let theirs = rel.app_data(rel.remote_app())?;
+    /// # Ok(()) }
+    /// ```
     pub fn app_data(&self, app: &str) -> Result<DataBag> {
-        let entries = host::app_data(self.id, app)?.into_iter().collect();
+        let entries = backend::with(|b| b.app_data(self.id, app))?
+            .into_iter()
+            .collect();
         Ok(DataBag {
             relation: self.id,
             owner: Owner::App(app.to_string()),
@@ -72,12 +127,31 @@ impl Relation {
         })
     }
 
-    /// This unit's own bag.
+    /// This unit's own bag, which it alone writes.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// if let Some(db) = model.relation("db")? {
+    ///     db.local_unit_data()?.set("database", "discourse")?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn local_unit_data(&self) -> Result<DataBag> {
         self.unit_data(&self.local_unit)
     }
 
-    /// This application's bag. Leader only.
+    /// This application's bag. Leader only, except on a peer relation, where every unit
+    /// reads it and the leader writes it.
+    ///
+    /// ```no_run
+    /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
+    /// if model.is_leader() {
+    ///     for rel in model.relations("db")? {
+    ///         rel.local_app_data()?.set("master", "host=db-0")?;
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn local_app_data(&self) -> Result<DataBag> {
         self.app_data(&self.local_app)
     }
@@ -109,11 +183,23 @@ pub struct DataBag {
 
 impl DataBag {
     /// One value.
+    ///
+    /// ```no_run
+    /// # fn f(bag: &charm_sdk::DataBag) {
+    /// let master: Option<&str> = bag.get("master");
+    /// # }
+    /// ```
     pub fn get(&self, key: &str) -> Option<&str> {
         self.entries.get(key).map(String::as_str)
     }
 
     /// Every entry, sorted by key.
+    ///
+    /// ```no_run
+    /// # fn f(bag: &charm_sdk::DataBag) {
+    /// let keys: Vec<&String> = bag.entries().keys().collect();
+    /// # }
+    /// ```
     pub fn entries(&self) -> &BTreeMap<String, String> {
         &self.entries
     }
@@ -134,6 +220,12 @@ impl DataBag {
     }
 
     /// Removes a value.
+    ///
+    /// ```no_run
+    /// # fn f(bag: &mut charm_sdk::DataBag) -> charm_sdk::HookResult {
+    /// bag.remove("address")?;
+    /// # Ok(()) }
+    /// ```
     pub fn remove(&mut self, key: &str) -> Result<()> {
         self.write(key, None)?;
         self.entries.remove(key);
@@ -142,8 +234,10 @@ impl DataBag {
 
     fn write(&self, key: &str, value: Option<&str>) -> Result<()> {
         match &self.owner {
-            Owner::Unit(unit) => host::set_unit_data(self.relation, unit, key, value)?,
-            Owner::App(app) => host::set_app_data(self.relation, app, key, value)?,
+            Owner::Unit(unit) => {
+                backend::with(|b| b.set_unit_data(self.relation, unit, key, value))?
+            }
+            Owner::App(app) => backend::with(|b| b.set_app_data(self.relation, app, key, value))?,
         }
         Ok(())
     }

@@ -25,6 +25,13 @@ pub enum Status {
     Error(String),
 }
 
+impl Default for Status {
+    /// `Unknown`: what a unit shows before its charm reports anything.
+    fn default() -> Self {
+        Status::Unknown
+    }
+}
+
 impl Status {
     /// `Active` with this message.
     pub fn active(message: impl Into<String>) -> Self {
@@ -67,6 +74,7 @@ impl Status {
         }
     }
 
+    #[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
     pub(crate) fn into_wit(self) -> wit::Status {
         let kind = match self {
             Status::Unknown => wit::StatusKind::Unknown,
@@ -82,6 +90,7 @@ impl Status {
         }
     }
 
+    #[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
     pub(crate) fn from_wit(status: wit::Status) -> Self {
         let m = status.message;
         match status.kind {

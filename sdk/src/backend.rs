@@ -1,0 +1,214 @@
+//! The seam between the typed API and whoever answers it.
+//!
+//! Compiled for WebAssembly, every call goes to the host through the generated WIT imports.
+//! Natively there is no host: the calls go to the backend that [`crate::testing`] installs
+//! on the current thread for the duration of one hook, so a charm's tests need no wasm.
+
+use crate::error::Result;
+use crate::log::Level;
+use crate::{ConfigValue, Status};
+
+/// A relation as the host describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RelationInfo {
+    pub id: u32,
+    pub name: String,
+    pub remote_app: String,
+    pub remote_units: Vec<String>,
+}
+
+/// Everything the charm may ask of the host: one method per WIT function, in SDK types.
+pub(crate) trait Backend {
+    fn is_leader(&mut self) -> bool;
+    fn leader_get(&mut self, key: &str) -> Option<String>;
+    fn leader_get_all(&mut self) -> Vec<(String, String)>;
+    fn leader_set(&mut self, key: &str, value: Option<&str>) -> Result<()>;
+
+    fn set_pod_spec(&mut self, spec: &str, k8s_resources: Option<&str>) -> Result<()>;
+
+    fn config_get(&mut self, name: &str) -> Result<Option<ConfigValue>>;
+    fn config_get_all(&mut self) -> Vec<(String, ConfigValue)>;
+
+    fn relation_ids(&mut self, name: &str) -> Vec<u32>;
+    fn relation_get(&mut self, id: u32) -> Result<RelationInfo>;
+    fn unit_data(&mut self, id: u32, unit: &str) -> Result<Vec<(String, String)>>;
+    fn app_data(&mut self, id: u32, app: &str) -> Result<Vec<(String, String)>>;
+    fn set_unit_data(&mut self, id: u32, unit: &str, key: &str, value: Option<&str>) -> Result<()>;
+    fn set_app_data(&mut self, id: u32, app: &str, key: &str, value: Option<&str>) -> Result<()>;
+
+    fn unit_status(&mut self) -> Status;
+    fn set_unit_status(&mut self, status: Status) -> Result<()>;
+    fn app_status(&mut self) -> Result<Status>;
+    fn set_app_status(&mut self, status: Status) -> Result<()>;
+    fn set_workload_version(&mut self, version: &str);
+
+    fn log(&mut self, level: Level, message: &str);
+
+    fn state_get(&mut self, key: &str) -> Option<String>;
+    fn state_set(&mut self, key: &str, value: Option<&str>);
+
+    fn action_log(&mut self, message: &str);
+    fn action_set_results(&mut self, results: &[(String, String)]) -> Result<()>;
+    fn action_fail(&mut self, message: &str);
+}
+
+#[cfg(target_family = "wasm")]
+mod wit_backend {
+    use super::*;
+    use crate::wit::juju::charm::{action, config, leadership, log, pod, relations, state, status};
+
+    /// The host, through the component's imports.
+    pub(crate) struct WitBackend;
+
+    impl Backend for WitBackend {
+        fn is_leader(&mut self) -> bool {
+            leadership::is_leader()
+        }
+        fn leader_get(&mut self, key: &str) -> Option<String> {
+            leadership::leader_get(key)
+        }
+        fn leader_get_all(&mut self) -> Vec<(String, String)> {
+            leadership::leader_get_all()
+        }
+        fn leader_set(&mut self, key: &str, value: Option<&str>) -> Result<()> {
+            Ok(leadership::leader_set(key, value)?)
+        }
+        fn set_pod_spec(&mut self, spec: &str, k8s_resources: Option<&str>) -> Result<()> {
+            Ok(pod::set_pod_spec(spec, k8s_resources)?)
+        }
+        fn config_get(&mut self, name: &str) -> Result<Option<ConfigValue>> {
+            Ok(config::config_get(name)?.map(ConfigValue::from_wit))
+        }
+        fn config_get_all(&mut self) -> Vec<(String, ConfigValue)> {
+            config::config_get_all()
+                .into_iter()
+                .map(|(k, v)| (k, ConfigValue::from_wit(v)))
+                .collect()
+        }
+        fn relation_ids(&mut self, name: &str) -> Vec<u32> {
+            relations::relation_ids(name)
+        }
+        fn relation_get(&mut self, id: u32) -> Result<RelationInfo> {
+            let r = relations::relation_get(id)?;
+            Ok(RelationInfo {
+                id: r.id,
+                name: r.name,
+                remote_app: r.remote_app,
+                remote_units: r.remote_units,
+            })
+        }
+        fn unit_data(&mut self, id: u32, unit: &str) -> Result<Vec<(String, String)>> {
+            Ok(relations::unit_data(id, unit)?)
+        }
+        fn app_data(&mut self, id: u32, app: &str) -> Result<Vec<(String, String)>> {
+            Ok(relations::app_data(id, app)?)
+        }
+        fn set_unit_data(
+            &mut self,
+            id: u32,
+            unit: &str,
+            key: &str,
+            value: Option<&str>,
+        ) -> Result<()> {
+            Ok(relations::set_unit_data(id, unit, key, value)?)
+        }
+        fn set_app_data(
+            &mut self,
+            id: u32,
+            app: &str,
+            key: &str,
+            value: Option<&str>,
+        ) -> Result<()> {
+            Ok(relations::set_app_data(id, app, key, value)?)
+        }
+        fn unit_status(&mut self) -> Status {
+            Status::from_wit(status::unit_status())
+        }
+        fn set_unit_status(&mut self, s: Status) -> Result<()> {
+            Ok(status::set_unit_status(&s.into_wit())?)
+        }
+        fn app_status(&mut self) -> Result<Status> {
+            Ok(Status::from_wit(status::app_status()?))
+        }
+        fn set_app_status(&mut self, s: Status) -> Result<()> {
+            Ok(status::set_app_status(&s.into_wit())?)
+        }
+        fn set_workload_version(&mut self, version: &str) {
+            status::set_workload_version(version)
+        }
+        fn log(&mut self, level: Level, message: &str) {
+            let level = match level {
+                Level::Trace => log::Level::Trace,
+                Level::Debug => log::Level::Debug,
+                Level::Info => log::Level::Info,
+                Level::Warning => log::Level::Warning,
+                Level::Error => log::Level::Error,
+            };
+            log::log(level, message)
+        }
+        fn state_get(&mut self, key: &str) -> Option<String> {
+            state::get(key)
+        }
+        fn state_set(&mut self, key: &str, value: Option<&str>) {
+            state::set(key, value)
+        }
+        fn action_log(&mut self, message: &str) {
+            action::log(message)
+        }
+        fn action_set_results(&mut self, results: &[(String, String)]) -> Result<()> {
+            Ok(action::set_results(results)?)
+        }
+        fn action_fail(&mut self, message: &str) {
+            action::fail(message)
+        }
+    }
+}
+
+/// Runs `f` with the backend answering this hook.
+#[cfg(target_family = "wasm")]
+pub(crate) fn with<T>(f: impl FnOnce(&mut dyn Backend) -> T) -> T {
+    f(&mut wit_backend::WitBackend)
+}
+
+#[cfg(not(target_family = "wasm"))]
+thread_local! {
+    static NATIVE: std::cell::RefCell<Option<Box<dyn Backend>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with the backend answering this hook.
+///
+/// # Panics
+///
+/// Natively, outside a hook run by [`crate::testing`]: there is no host to answer.
+#[cfg(not(target_family = "wasm"))]
+pub(crate) fn with<T>(f: impl FnOnce(&mut dyn Backend) -> T) -> T {
+    NATIVE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let backend = slot.as_deref_mut().expect(
+            "charm_sdk: no host to answer this call; natively, run the hook with \
+             charm_sdk::testing::Context",
+        );
+        f(backend)
+    })
+}
+
+/// Installs `backend` on this thread for the duration of `f`, even if `f` unwinds.
+#[cfg(not(target_family = "wasm"))]
+pub(crate) fn install<T>(backend: Box<dyn Backend>, f: impl FnOnce() -> T) -> T {
+    /// Takes the backend out again however `f` ends, so the thread is left clean.
+    struct Guard;
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            NATIVE.with(|cell| cell.borrow_mut().take());
+        }
+    }
+    NATIVE.with(|cell| {
+        let previous = cell.borrow_mut().replace(backend);
+        assert!(
+            previous.is_none(),
+            "charm_sdk::testing: a hook is already running on this thread"
+        );
+    });
+    let _guard = Guard;
+    f()
+}

@@ -1,0 +1,352 @@
+//! The host's validation of Juju pod spec version 3, so a charm's native tests refuse the
+//! specs the host refuses, naming the same field. A copy of `host/src/podspec.rs` (the SDK
+//! cannot depend on the host); `tests/tests/harness_conformance.rs` checks the two agree.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Map, Value};
+
+/// A validated pod spec write.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PodSpecWrite {
+    pub spec: Value,
+    pub k8s_resources: Option<Value>,
+}
+
+/// A validation failure located at one field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub(crate) struct FieldError {
+    /// The path of the offending field, such as `containers[1].name`.
+    pub field: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Which document a [`FieldError`] is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PodSpecError {
+    /// The pod spec.
+    #[error("invalid pod spec: {0}")]
+    Spec(FieldError),
+    /// The Kubernetes resources.
+    #[error("invalid k8s resources: {0}")]
+    K8sResources(FieldError),
+}
+
+fn err(field: impl Into<String>, reason: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn parse(text: &str) -> Result<Value, FieldError> {
+    // JSON is YAML, so one parser takes both forms charms send.
+    serde_yaml::from_str::<Value>(text)
+        .map_err(|e| err("(document)", format!("not valid YAML or JSON: {e}")))
+}
+
+fn object<'a>(value: &'a Value, path: &str) -> Result<&'a Map<String, Value>, FieldError> {
+    value.as_object().ok_or_else(|| {
+        err(
+            if path.is_empty() { "(document)" } else { path },
+            "must be a mapping",
+        )
+    })
+}
+
+fn only_known(map: &Map<String, Value>, path: &str, known: &[&str]) -> Result<(), FieldError> {
+    match map.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(err(
+            join(path, k),
+            format!("unknown field; expected one of: {}", known.join(", ")),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn string<'a>(
+    map: &'a Map<String, Value>,
+    path: &str,
+    key: &str,
+    required: bool,
+) -> Result<Option<&'a str>, FieldError> {
+    match map.get(key) {
+        None | Some(Value::Null) if required => Err(err(join(path, key), "required")),
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if required && s.trim().is_empty() => {
+            Err(err(join(path, key), "must not be empty"))
+        }
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(err(join(path, key), "must be a string")),
+    }
+}
+
+fn string_list(map: &Map<String, Value>, path: &str, key: &str) -> Result<(), FieldError> {
+    match map.get(key) {
+        None => Ok(()),
+        Some(Value::Array(items)) => items.iter().enumerate().try_for_each(|(i, v)| match v {
+            Value::String(_) => Ok(()),
+            _ => Err(err(format!("{}[{i}]", join(path, key)), "must be a string")),
+        }),
+        Some(_) => Err(err(join(path, key), "must be a list of strings")),
+    }
+}
+
+fn one_of(
+    map: &Map<String, Value>,
+    path: &str,
+    key: &str,
+    allowed: &[&str],
+) -> Result<(), FieldError> {
+    match string(map, path, key, false)? {
+        Some(v) if !allowed.contains(&v) => Err(err(
+            join(path, key),
+            format!("{v:?} is not one of: {}", allowed.join(", ")),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Kubernetes names: a DNS-1123 label.
+fn dns_label(name: &str, field: &str) -> Result<(), FieldError> {
+    let ok = name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(err(
+            field,
+            format!("{name:?} is not a valid name: lowercase letters, digits and '-', at most 63"),
+        ))
+    }
+}
+
+const SPEC_FIELDS: &[&str] = &[
+    "version",
+    "containers",
+    "serviceAccount",
+    "service",
+    "configMaps",
+];
+const CONTAINER_FIELDS: &[&str] = &[
+    "name",
+    "init",
+    "image",
+    "imageDetails",
+    "imagePullPolicy",
+    "ports",
+    "command",
+    "args",
+    "workingDir",
+    "envConfig",
+    "volumeConfig",
+    "kubernetes",
+];
+const IMAGE_DETAILS_FIELDS: &[&str] = &["imagePath", "username", "password"];
+const PORT_FIELDS: &[&str] = &["name", "containerPort", "protocol"];
+const K8S_FIELDS: &[&str] = &["kubernetesResources"];
+const K8S_RESOURCE_FIELDS: &[&str] = &[
+    "customResourceDefinitions",
+    "customResources",
+    "mutatingWebhookConfigurations",
+    "validatingWebhookConfigurations",
+    "ingressResources",
+    "secrets",
+    "services",
+    "serviceAccounts",
+    "pod",
+];
+
+fn container(value: &Value, path: &str) -> Result<String, FieldError> {
+    let c = object(value, path)?;
+    only_known(c, path, CONTAINER_FIELDS)?;
+    let name = string(c, path, "name", true)?
+        .expect("required")
+        .to_string();
+    dns_label(&name, &join(path, "name"))?;
+    match (c.get("image"), c.get("imageDetails")) {
+        (None, None) => {
+            return Err(err(
+                join(path, "imageDetails"),
+                "required: a container needs an image",
+            ));
+        }
+        (Some(_), Some(_)) => {
+            return Err(err(
+                join(path, "image"),
+                "give either image or imageDetails, not both",
+            ));
+        }
+        (Some(_), None) => {
+            string(c, path, "image", true)?;
+        }
+        (None, Some(details)) => {
+            let p = join(path, "imageDetails");
+            let d = object(details, &p)?;
+            only_known(d, &p, IMAGE_DETAILS_FIELDS)?;
+            string(d, &p, "imagePath", true)?;
+            string(d, &p, "username", false)?;
+            string(d, &p, "password", false)?;
+        }
+    }
+    one_of(
+        c,
+        path,
+        "imagePullPolicy",
+        &["Always", "IfNotPresent", "Never"],
+    )?;
+    if let Some(init) = c.get("init")
+        && !init.is_boolean()
+    {
+        return Err(err(join(path, "init"), "must be true or false"));
+    }
+    if let Some(ports) = c.get("ports") {
+        let ports_path = join(path, "ports");
+        let ports = ports
+            .as_array()
+            .ok_or_else(|| err(&ports_path, "must be a list"))?;
+        let mut names = BTreeSet::new();
+        for (i, port) in ports.iter().enumerate() {
+            let p = format!("{ports_path}[{i}]");
+            let port = object(port, &p)?;
+            only_known(port, &p, PORT_FIELDS)?;
+            match port.get("containerPort") {
+                None => return Err(err(join(&p, "containerPort"), "required")),
+                Some(n) if n.as_u64().is_some_and(|n| (1..=65535).contains(&n)) => {}
+                Some(_) => {
+                    return Err(err(
+                        join(&p, "containerPort"),
+                        "must be a port number, 1 to 65535",
+                    ));
+                }
+            }
+            one_of(port, &p, "protocol", &["TCP", "UDP", "SCTP"])?;
+            if let Some(name) = string(port, &p, "name", false)?
+                && !names.insert(name.to_string())
+            {
+                return Err(err(
+                    join(&p, "name"),
+                    format!("duplicate port name {name:?}"),
+                ));
+            }
+        }
+    }
+    string_list(c, path, "command")?;
+    string_list(c, path, "args")?;
+    string(c, path, "workingDir", false)?;
+    if let Some(env) = c.get("envConfig") {
+        object(env, &join(path, "envConfig"))?;
+    }
+    if let Some(volumes) = c.get("volumeConfig") {
+        let vp = join(path, "volumeConfig");
+        let volumes = volumes
+            .as_array()
+            .ok_or_else(|| err(&vp, "must be a list"))?;
+        for (i, v) in volumes.iter().enumerate() {
+            let p = format!("{vp}[{i}]");
+            let v = object(v, &p)?;
+            string(v, &p, "name", true)?;
+            string(v, &p, "mountPath", true)?;
+        }
+    }
+    if let Some(k) = c.get("kubernetes") {
+        object(k, &join(path, "kubernetes"))?;
+    }
+    Ok(name)
+}
+
+fn validate_spec(text: &str) -> Result<Value, FieldError> {
+    let spec = parse(text)?;
+    let top = object(&spec, "")?;
+    only_known(top, "", SPEC_FIELDS)?;
+    match top.get("version") {
+        None => {
+            return Err(err(
+                "version",
+                "required: this host takes pod spec version 3",
+            ));
+        }
+        Some(v) if v.as_u64() == Some(3) => {}
+        Some(v) => {
+            return Err(err(
+                "version",
+                format!("{v} is not supported: this host takes version 3"),
+            ));
+        }
+    }
+    let containers = match top.get("containers") {
+        None => {
+            return Err(err(
+                "containers",
+                "required: a pod needs at least one container",
+            ));
+        }
+        Some(Value::Array(c)) if c.is_empty() => {
+            return Err(err(
+                "containers",
+                "must not be empty: a pod needs at least one container",
+            ));
+        }
+        Some(Value::Array(c)) => c,
+        Some(_) => return Err(err("containers", "must be a list")),
+    };
+    let mut names = BTreeSet::new();
+    for (i, c) in containers.iter().enumerate() {
+        let path = format!("containers[{i}]");
+        let name = container(c, &path)?;
+        if !names.insert(name.clone()) {
+            return Err(err(
+                format!("{path}.name"),
+                format!("duplicate container name {name:?}"),
+            ));
+        }
+    }
+    for key in ["serviceAccount", "service", "configMaps"] {
+        if let Some(v) = top.get(key) {
+            object(v, key)?;
+        }
+    }
+    Ok(spec)
+}
+
+fn validate_k8s_resources(text: &str) -> Result<Value, FieldError> {
+    let doc = parse(text)?;
+    let top = object(&doc, "")?;
+    only_known(top, "", K8S_FIELDS)?;
+    if let Some(res) = top.get("kubernetesResources") {
+        let r = object(res, "kubernetesResources")?;
+        only_known(r, "kubernetesResources", K8S_RESOURCE_FIELDS)?;
+    }
+    Ok(doc)
+}
+
+/// Validates a pod spec (version 3) and optional Kubernetes resources, given as YAML or
+/// JSON, and normalises both to JSON values.
+pub(crate) fn validate(
+    spec: &str,
+    k8s_resources: Option<&str>,
+) -> Result<PodSpecWrite, PodSpecError> {
+    let spec = validate_spec(spec).map_err(PodSpecError::Spec)?;
+    let k8s_resources = k8s_resources
+        .map(validate_k8s_resources)
+        .transpose()
+        .map_err(PodSpecError::K8sResources)?;
+    Ok(PodSpecWrite {
+        spec,
+        k8s_resources,
+    })
+}
