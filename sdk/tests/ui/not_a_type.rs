@@ -1,0 +1,4 @@
+// `export_charm!` takes a type, not a value.
+charm_sdk::export_charm!("hello");
+
+fn main() {}
