@@ -12,6 +12,10 @@ use charm_host::leadership::LeadershipConfig;
 use charm_host::model::ConfigValue;
 use charm_host::store::{MemoryStore, Store};
 
+mod wasm_context;
+
+pub use wasm_context::WasmContext;
+
 /// Paths of the compiled guest charms.
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/guests.rs"));

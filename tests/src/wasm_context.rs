@@ -1,0 +1,316 @@
+//! charm-sdk's testing API with the compiled `.wasm` behind it: the same arrange/act/assert
+//! test that runs natively with `charm_sdk::testing::Context` runs here through the host's
+//! loader, sandbox, hook context and imports.
+//!
+//! One hook at a time, as the native harness: the [`State`] becomes the unit's snapshot, the
+//! hook runs in the host, and a successful hook's writes are applied to the state as the
+//! store's commit applies them. The commit itself does not go through a store (there is no
+//! model to commit into); the faults are mapped onto the host's own mechanisms where there is
+//! one, as [`WasmContext::run_with`] says.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use charm_host::bindings::types as wit;
+use charm_host::charm::{Charm, CharmRuntime, GuaranteeWatch, HookOutcome, HookRun};
+use charm_host::model::{Changes, RelationView, UnitSnapshot, app_of};
+use charm_host::store::Fence;
+use charm_sdk::log::Level;
+use charm_sdk::testing::{
+    ActionOutput, Faults, HookRunner, LogLine, Outcome, Output, PodSpecState, State,
+};
+use charm_sdk::{ConfigValue, Event};
+
+/// Runs one hook of a compiled charm on an arranged [`State`].
+pub struct WasmContext {
+    charm: Charm,
+    model: String,
+    unit: String,
+}
+
+impl WasmContext {
+    /// The charm in `path`, as unit 0 of an application named after it, in model `test`.
+    pub fn new(runtime: &CharmRuntime, path: &str) -> Self {
+        let charm = runtime
+            .load_file(Path::new(path))
+            .unwrap_or_else(|e| panic!("loading {path}: {e}"));
+        let unit = format!("{}/0", charm.metadata().name);
+        WasmContext {
+            charm,
+            model: "test".into(),
+            unit,
+        }
+    }
+
+    /// The same context for another unit of the application.
+    pub fn unit(mut self, unit: &str) -> Self {
+        self.unit = unit.to_string();
+        self
+    }
+
+    fn snapshot(&self, state: &State) -> UnitSnapshot {
+        let app = app_of(&self.unit).to_string();
+        let meta = self.charm.metadata();
+        // The effective config, as the store builds it: settings over declared defaults.
+        let mut config: BTreeMap<String, charm_host::model::ConfigValue> = meta
+            .config
+            .iter()
+            .filter_map(|o| Some((o.name.clone(), o.default.clone()?)))
+            .collect();
+        for (name, value) in &state.config {
+            let value = host_value(value);
+            let value = match meta.option(name) {
+                Some(o) => value.clone().coerce(o.kind).unwrap_or(value),
+                None => value,
+            };
+            config.insert(name.clone(), value);
+        }
+        let relations = state
+            .relations
+            .iter()
+            .map(|r| {
+                let remote_app = if r.peer {
+                    app.clone()
+                } else {
+                    r.remote_app.clone()
+                };
+                let mut unit_bags: BTreeMap<String, BTreeMap<String, String>> =
+                    r.remote_units.clone();
+                unit_bags.insert(self.unit.clone(), r.local_unit_data.clone());
+                let mut app_bags = BTreeMap::from([(app.clone(), r.local_app_data.clone())]);
+                if !r.peer {
+                    app_bags.insert(remote_app.clone(), r.remote_app_data.clone());
+                }
+                let view = RelationView {
+                    id: r.id,
+                    endpoint: r.endpoint.clone(),
+                    remote_app,
+                    remote_units: r.remote_units.keys().cloned().collect(),
+                    unit_bags,
+                    app_bags,
+                };
+                (r.id, view)
+            })
+            .collect();
+        UnitSnapshot {
+            model: self.model.clone(),
+            unit: self.unit.clone(),
+            app,
+            config,
+            relations,
+            leader_data: state.leader_data.clone(),
+            unit_status: host_status(&state.unit_status),
+            app_status: host_status(&state.app_status),
+            stored: state.stored.clone(),
+            elected_term: None,
+        }
+    }
+}
+
+/// A guarantee that has already ended: the lease store has been silent for too long.
+struct Lapsed;
+
+impl GuaranteeWatch for Lapsed {
+    fn valid_until(&self) -> Option<tokio::time::Instant> {
+        None
+    }
+}
+
+/// A guarantee with plenty of time left.
+struct Held(tokio::time::Instant);
+
+impl GuaranteeWatch for Held {
+    fn valid_until(&self) -> Option<tokio::time::Instant> {
+        Some(self.0)
+    }
+}
+
+impl HookRunner for WasmContext {
+    /// Runs `event` in the host. The faults map onto the host as follows:
+    /// - `lease_store_down_after`: the hook runs under a guarantee that has ended, so the
+    ///   host's epoch deadline stops it, or, if it returns before the next tick, the agent's
+    ///   check before committing refuses it (the call count is not observable in wasm: the
+    ///   outage covers the whole hook);
+    /// - `lease_lost_after` and `commit_unavailable`: the commit is refused as the store
+    ///   would refuse it (the store's own fence check is covered by its contract tests).
+    fn run_with(&self, event: Event, state: State, faults: &Faults) -> Output {
+        let app = app_of(&self.unit).to_string();
+        let fence = state.leader.then(|| Fence {
+            app,
+            holder: self.unit.clone(),
+            term: 1,
+        });
+        let outage = state.leader && faults.lease_store_down_after.is_some();
+        let guarantee: Option<Arc<dyn GuaranteeWatch>> = match (state.leader, outage) {
+            (false, _) => None,
+            (true, true) => Some(Arc::new(Lapsed)),
+            (true, false) => Some(Arc::new(Held(
+                tokio::time::Instant::now() + std::time::Duration::from_secs(60),
+            ))),
+        };
+        let is_action = matches!(event, Event::Action(_));
+        let run: HookRun =
+            self.charm
+                .run_hook(self.snapshot(&state), fence, guarantee, &wit_event(&event));
+        let outcome = match run.outcome {
+            HookOutcome::Succeeded if outage => Outcome::Interrupted,
+            HookOutcome::Succeeded if state.leader && faults.lease_lost_after.is_some() => {
+                Outcome::Fenced
+            }
+            HookOutcome::Succeeded if faults.commit_unavailable => Outcome::StoreUnavailable,
+            HookOutcome::Succeeded => Outcome::Committed,
+            HookOutcome::Failed(m) => Outcome::Failed(m),
+            HookOutcome::Trapped(m) => Outcome::Panicked(m),
+            HookOutcome::Interrupted(_) => Outcome::Interrupted,
+        };
+        let mut action = run.changes.action.clone().map(|a| ActionOutput {
+            results: a.results,
+            failure: a.failure,
+            log: a.log,
+        });
+        if is_action {
+            let action = action.get_or_insert_default();
+            if let Outcome::Failed(why) | Outcome::Panicked(why) = &outcome {
+                action.failure.get_or_insert_with(|| why.clone());
+            }
+        }
+        let logs = run
+            .logs
+            .iter()
+            .map(|l| LogLine {
+                level: match l.level {
+                    "trace" => Level::Trace,
+                    "debug" => Level::Debug,
+                    "info" => Level::Info,
+                    "warning" => Level::Warning,
+                    _ => Level::Error,
+                },
+                message: l.message.clone(),
+            })
+            .collect();
+        let state = if outcome.is_committed() {
+            commit(state, &run.changes)
+        } else {
+            state
+        };
+        Output {
+            outcome,
+            state,
+            logs,
+            action,
+            // The host does not report each answer; it pins one per hook.
+            is_leader_answers: Vec::new(),
+            leadership_refusals: run.leadership_refusals,
+        }
+    }
+}
+
+fn host_value(v: &ConfigValue) -> charm_host::model::ConfigValue {
+    use charm_host::model::ConfigValue as H;
+    match v {
+        ConfigValue::String(s) => H::String(s.clone()),
+        ConfigValue::Int(i) => H::Int(*i),
+        ConfigValue::Float(f) => H::Float(*f),
+        ConfigValue::Boolean(b) => H::Boolean(*b),
+    }
+}
+
+fn host_status(s: &charm_sdk::Status) -> charm_host::model::Status {
+    use charm_host::model::{Status, StatusKind};
+    let kind = match s {
+        charm_sdk::Status::Unknown => StatusKind::Unknown,
+        charm_sdk::Status::Active(_) => StatusKind::Active,
+        charm_sdk::Status::Maintenance(_) => StatusKind::Maintenance,
+        charm_sdk::Status::Waiting(_) => StatusKind::Waiting,
+        charm_sdk::Status::Blocked(_) => StatusKind::Blocked,
+        charm_sdk::Status::Error(_) => StatusKind::Error,
+    };
+    Status::new(kind, s.message())
+}
+
+fn sdk_status(s: &charm_host::model::Status) -> charm_sdk::Status {
+    use charm_host::model::StatusKind;
+    let m = s.message.clone();
+    match s.kind {
+        StatusKind::Unknown => charm_sdk::Status::Unknown,
+        StatusKind::Active => charm_sdk::Status::Active(m),
+        StatusKind::Maintenance => charm_sdk::Status::Maintenance(m),
+        StatusKind::Waiting => charm_sdk::Status::Waiting(m),
+        StatusKind::Blocked => charm_sdk::Status::Blocked(m),
+        StatusKind::Error => charm_sdk::Status::Error(m),
+    }
+}
+
+fn wit_event(event: &Event) -> wit::Event {
+    let rel = |r: &charm_sdk::RelationEvent| wit::RelationEvent {
+        id: r.id,
+        name: r.name.clone(),
+        remote_app: r.remote_app.clone(),
+        remote_unit: r.remote_unit.clone(),
+    };
+    match event {
+        Event::Install => wit::Event::Install,
+        Event::Start => wit::Event::Start,
+        Event::ConfigChanged => wit::Event::ConfigChanged,
+        Event::UpgradeCharm => wit::Event::UpgradeCharm,
+        Event::UpdateStatus => wit::Event::UpdateStatus,
+        Event::Stop => wit::Event::Stop,
+        Event::Remove => wit::Event::Remove,
+        Event::LeaderElected => wit::Event::LeaderElected,
+        Event::LeaderSettingsChanged => wit::Event::LeaderSettingsChanged,
+        Event::RelationCreated(r) => wit::Event::RelationCreated(rel(r)),
+        Event::RelationJoined(r) => wit::Event::RelationJoined(rel(r)),
+        Event::RelationChanged(r) => wit::Event::RelationChanged(rel(r)),
+        Event::RelationDeparted(r) => wit::Event::RelationDeparted(rel(r)),
+        Event::RelationBroken(r) => wit::Event::RelationBroken(rel(r)),
+        Event::Action(a) => wit::Event::Action(wit::ActionEvent {
+            id: a.id.clone(),
+            name: a.name.clone(),
+            params: serde_json::Value::Object(a.params.clone()).to_string(),
+        }),
+    }
+}
+
+/// Applies a successful hook's writes to the state, as the store's commit does.
+fn commit(mut state: State, changes: &Changes) -> State {
+    let apply = |bag: &mut BTreeMap<String, String>, writes: &BTreeMap<String, Option<String>>| {
+        charm_host::model::apply_writes(bag, writes);
+    };
+    for (id, writes) in &changes.unit_bags {
+        if let Some(r) = state.relations.iter_mut().find(|r| r.id == *id) {
+            apply(&mut r.local_unit_data, writes);
+        }
+    }
+    for (id, writes) in &changes.app_bags {
+        if let Some(r) = state.relations.iter_mut().find(|r| r.id == *id) {
+            apply(&mut r.local_app_data, writes);
+        }
+    }
+    apply(&mut state.leader_data, &changes.leader_data);
+    apply(&mut state.stored, &changes.stored);
+    if let Some(s) = &changes.unit_status {
+        state.unit_status = sdk_status(s);
+    }
+    if let Some(s) = &changes.app_status {
+        state.app_status = sdk_status(s);
+    }
+    if let Some(v) = &changes.workload_version {
+        state.workload_version = Some(v.clone());
+    }
+    if let Some(write) = &changes.pod_spec {
+        let revision = match &state.pod_spec {
+            Some(old) if old.spec == write.spec && old.k8s_resources == write.k8s_resources => {
+                old.revision
+            }
+            Some(old) => old.revision + 1,
+            None => 1,
+        };
+        state.pod_spec = Some(PodSpecState {
+            revision,
+            spec: write.spec.clone(),
+            k8s_resources: write.k8s_resources.clone(),
+        });
+    }
+    state
+}
