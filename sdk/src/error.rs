@@ -10,11 +10,13 @@ use crate::wit::juju::charm::types::Error as WitError;
 /// let e = Error::InvalidPodSpec { field: "containers[0].image".into(), reason: "missing".into() };
 /// assert_eq!(e.to_string(), "invalid pod spec: containers[0].image: missing");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// A leader-only operation by a unit that was not the leader when its hook started.
+    #[error("this unit is not the leader")]
     NotLeader,
     /// The pod spec is invalid at `field`.
+    #[error("invalid pod spec: {field}: {reason}")]
     InvalidPodSpec {
         /// The path of the offending field, such as `containers[1].name`.
         field: String,
@@ -22,6 +24,7 @@ pub enum Error {
         reason: String,
     },
     /// The Kubernetes resources are invalid at `field`.
+    #[error("invalid k8s resources: {field}: {reason}")]
     InvalidK8sResources {
         /// The path of the offending field.
         field: String,
@@ -29,12 +32,16 @@ pub enum Error {
         reason: String,
     },
     /// No relation with this id is visible to this unit.
+    #[error("relation {0} not found")]
     RelationNotFound(u32),
     /// The unit may not read or write this data bag.
+    #[error("permission denied: {0}")]
     PermissionDenied(String),
     /// The charm did not declare this config option.
+    #[error("unknown config option {0:?}")]
     UnknownConfigOption(String),
     /// A config option's value does not have the type asked for.
+    #[error("config option {name:?} is not {expected}")]
     ConfigType {
         /// The option's name.
         name: String,
@@ -42,34 +49,12 @@ pub enum Error {
         expected: &'static str,
     },
     /// An argument was malformed.
+    #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A stored or relation value could not be (de)serialised.
+    #[error("serialisation: {0}")]
     Serde(String),
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::NotLeader => f.write_str("this unit is not the leader"),
-            Error::InvalidPodSpec { field, reason } => {
-                write!(f, "invalid pod spec: {field}: {reason}")
-            }
-            Error::InvalidK8sResources { field, reason } => {
-                write!(f, "invalid k8s resources: {field}: {reason}")
-            }
-            Error::RelationNotFound(id) => write!(f, "relation {id} not found"),
-            Error::PermissionDenied(why) => write!(f, "permission denied: {why}"),
-            Error::UnknownConfigOption(name) => write!(f, "unknown config option {name:?}"),
-            Error::ConfigType { name, expected } => {
-                write!(f, "config option {name:?} is not {expected}")
-            }
-            Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
-            Error::Serde(why) => write!(f, "serialisation: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 impl From<WitError> for Error {
     fn from(e: WitError) -> Self {
@@ -115,11 +100,21 @@ pub struct HookError(Box<dyn std::error::Error + Send + Sync + 'static>);
 
 impl HookError {
     /// A hook error with this message.
+    ///
+    /// ```
+    /// let e = charm_sdk::HookError::msg("no database");
+    /// assert!(e.as_sdk_error().is_none());
+    /// ```
     pub fn msg(message: impl Into<String>) -> Self {
         HookError(message.into().into())
     }
 
     /// The SDK error inside, if this is one.
+    ///
+    /// ```
+    /// let e = charm_sdk::HookError::from(charm_sdk::Error::NotLeader);
+    /// assert_eq!(e.as_sdk_error(), Some(&charm_sdk::Error::NotLeader));
+    /// ```
     pub fn as_sdk_error(&self) -> Option<&Error> {
         self.0.downcast_ref()
     }
@@ -144,6 +139,13 @@ impl fmt::Debug for HookError {
 }
 
 /// What a hook handler returns.
+///
+/// ```
+/// fn port(text: &str) -> charm_sdk::HookResult<u16> {
+///     Ok(text.parse()?)
+/// }
+/// assert_eq!(port("80").unwrap(), 80);
+/// ```
 pub type HookResult<T = ()> = Result<T, HookError>;
 
 pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;

@@ -39,6 +39,10 @@ pub enum Level {
 
 impl Level {
     /// The level's name, as the host prints it.
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::log::Level::Info.as_str(), "info");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Level::Trace => "trace",

@@ -2,6 +2,11 @@ use crate::config::ConfigValue;
 use crate::wit::juju::charm::types as wit;
 
 /// The role of an endpoint.
+///
+/// ```
+/// let meta = charm_sdk::Metadata::new("kv").peers("cluster", "kv-cluster");
+/// assert_eq!(meta.relations[0].role, charm_sdk::RelationRole::Peers);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RelationRole {
     /// This charm provides the interface.
@@ -13,6 +18,12 @@ pub enum RelationRole {
 }
 
 /// An endpoint the charm declares.
+///
+/// ```
+/// let meta = charm_sdk::Metadata::new("web").requires("db", "pgsql");
+/// assert_eq!(meta.relations[0].interface, "pgsql");
+/// assert_eq!(meta.relations[0].limit, None);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RelationMeta {
     /// The endpoint's name, such as `db`.
@@ -26,6 +37,11 @@ pub struct RelationMeta {
 }
 
 /// The declared type of a config option.
+///
+/// ```
+/// let meta = charm_sdk::Metadata::new("web").bool_option("debug", Some(false), "");
+/// assert_eq!(meta.config[0].kind, charm_sdk::OptionType::Boolean);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OptionType {
     /// Text.
@@ -39,6 +55,17 @@ pub enum OptionType {
 }
 
 /// A config option the charm declares.
+///
+/// ```
+/// use charm_sdk::{ConfigOption, Metadata, OptionType};
+/// let meta = Metadata::new("web").option(ConfigOption {
+///     name: "workers".into(),
+///     kind: OptionType::Int,
+///     default: Some(4.into()),
+///     description: "Worker processes".into(),
+/// });
+/// assert_eq!(meta.config[0].name, "workers");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigOption {
     /// The option's name.
@@ -52,6 +79,11 @@ pub struct ConfigOption {
 }
 
 /// An action the charm declares.
+///
+/// ```
+/// let meta = charm_sdk::Metadata::new("db").action("backup", "Dumps the database");
+/// assert_eq!(meta.actions[0].description, "Dumps the database");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActionMeta {
     /// The action's name.
@@ -89,6 +121,11 @@ pub struct Metadata {
 
 impl Metadata {
     /// Metadata for a charm with this name and nothing declared yet.
+    ///
+    /// ```
+    /// let meta = charm_sdk::Metadata::new("web");
+    /// assert!(meta.relations.is_empty() && meta.config.is_empty());
+    /// ```
     pub fn new(name: impl Into<String>) -> Self {
         Metadata {
             name: name.into(),
@@ -97,6 +134,10 @@ impl Metadata {
     }
 
     /// Sets the one-line summary.
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::Metadata::new("web").summary("A web server").summary, "A web server");
+    /// ```
     pub fn summary(mut self, summary: impl Into<String>) -> Self {
         self.summary = summary.into();
         self
@@ -118,21 +159,42 @@ impl Metadata {
     }
 
     /// Declares an endpoint that provides `interface`.
+    ///
+    /// ```
+    /// let meta = charm_sdk::Metadata::new("postgresql").provides("db", "pgsql");
+    /// assert_eq!(meta.relations[0].role, charm_sdk::RelationRole::Provides);
+    /// ```
     pub fn provides(self, name: impl Into<String>, interface: impl Into<String>) -> Self {
         self.endpoint(name, RelationRole::Provides, interface)
     }
 
     /// Declares an endpoint that requires `interface`.
+    ///
+    /// ```
+    /// let meta = charm_sdk::Metadata::new("discourse").requires("db", "pgsql");
+    /// assert_eq!(meta.relations[0].role, charm_sdk::RelationRole::Requires);
+    /// ```
     pub fn requires(self, name: impl Into<String>, interface: impl Into<String>) -> Self {
         self.endpoint(name, RelationRole::Requires, interface)
     }
 
     /// Declares a peer endpoint.
+    ///
+    /// ```
+    /// let meta = charm_sdk::Metadata::new("kv").peers("cluster", "kv-cluster");
+    /// assert_eq!(meta.relations[0].name, "cluster");
+    /// ```
     pub fn peers(self, name: impl Into<String>, interface: impl Into<String>) -> Self {
         self.endpoint(name, RelationRole::Peers, interface)
     }
 
     /// Declares a config option.
+    ///
+    /// ```
+    /// use charm_sdk::{ConfigOption, Metadata, OptionType};
+    /// let option = ConfigOption { name: "tls".into(), kind: OptionType::Boolean, default: None, description: String::new() };
+    /// assert_eq!(Metadata::new("web").option(option).config.len(), 1);
+    /// ```
     pub fn option(mut self, option: ConfigOption) -> Self {
         self.config.push(option);
         self
@@ -154,12 +216,22 @@ impl Metadata {
     }
 
     /// Declares a `string` option.
+    ///
+    /// ```
+    /// let meta = charm_sdk::Metadata::new("web").string_option("image", Some("nginx"), "The image");
+    /// assert_eq!(meta.config[0].default, Some(charm_sdk::ConfigValue::String("nginx".into())));
+    /// ```
     pub fn string_option(self, name: &str, default: Option<&str>, description: &str) -> Self {
         let default = default.map(|d| ConfigValue::String(d.to_string()));
         self.typed_option(name, OptionType::String, default, description)
     }
 
     /// Declares an `int` option.
+    ///
+    /// ```
+    /// let meta = charm_sdk::Metadata::new("web").int_option("port", Some(80), "The port");
+    /// assert_eq!(meta.config[0].kind, charm_sdk::OptionType::Int);
+    /// ```
     pub fn int_option(self, name: &str, default: Option<i64>, description: &str) -> Self {
         self.typed_option(
             name,
@@ -170,6 +242,11 @@ impl Metadata {
     }
 
     /// Declares a `float` option.
+    ///
+    /// ```
+    /// let meta = charm_sdk::Metadata::new("web").float_option("ratio", None, "");
+    /// assert_eq!(meta.config[0].default, None);
+    /// ```
     pub fn float_option(self, name: &str, default: Option<f64>, description: &str) -> Self {
         self.typed_option(
             name,
@@ -180,6 +257,11 @@ impl Metadata {
     }
 
     /// Declares a `boolean` option.
+    ///
+    /// ```
+    /// let meta = charm_sdk::Metadata::new("web").bool_option("debug", Some(true), "");
+    /// assert_eq!(meta.config[0].default, Some(charm_sdk::ConfigValue::Boolean(true)));
+    /// ```
     pub fn bool_option(self, name: &str, default: Option<bool>, description: &str) -> Self {
         self.typed_option(
             name,
@@ -190,6 +272,11 @@ impl Metadata {
     }
 
     /// Declares an action.
+    ///
+    /// ```
+    /// let meta = charm_sdk::Metadata::new("kv").action("get", "Reads a key");
+    /// assert_eq!(meta.actions[0].name, "get");
+    /// ```
     pub fn action(mut self, name: &str, description: &str) -> Self {
         self.actions.push(ActionMeta {
             name: name.to_string(),

@@ -174,6 +174,24 @@ impl Relation {
 ///
 /// Reads come from the hook's snapshot plus its own writes; `set` and `remove` are checked
 /// by the host against Juju's access rules and buffered until the hook commits.
+///
+/// ```
+/// use charm_sdk::testing::{Context, Relation, State};
+/// use charm_sdk::{Charm, Event, HookResult, Metadata, Model};
+///
+/// struct Addressed;
+/// impl Charm for Addressed {
+///     fn metadata() -> Metadata { Metadata::new("addressed").requires("db", "pgsql") }
+///     fn handle(model: &Model, _: Event) -> HookResult {
+///         let mut bag = model.relation("db")?.expect("related").local_unit_data()?;
+///         bag.set("address", "10.0.0.7")?;
+///         Ok(())
+///     }
+/// }
+/// let state = State::default().relation(Relation::new(1, "db", "postgresql"));
+/// let out = Context::<Addressed>::new().run(Event::Start, state);
+/// assert_eq!(out.state.relations[0].local_unit_data["address"], "10.0.0.7");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataBag {
     relation: u32,

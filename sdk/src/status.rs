@@ -34,23 +34,43 @@ impl Default for Status {
 
 impl Status {
     /// `Active` with this message.
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::Status::active("ready").kind_name(), "active");
+    /// ```
     pub fn active(message: impl Into<String>) -> Self {
         Status::Active(message.into())
     }
     /// `Maintenance` with this message.
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::Status::maintenance("installing").message(), "installing");
+    /// ```
     pub fn maintenance(message: impl Into<String>) -> Self {
         Status::Maintenance(message.into())
     }
     /// `Waiting` with this message.
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::Status::waiting("no db").kind_name(), "waiting");
+    /// ```
     pub fn waiting(message: impl Into<String>) -> Self {
         Status::Waiting(message.into())
     }
     /// `Blocked` with this message.
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::Status::blocked("needs a db relation").kind_name(), "blocked");
+    /// ```
     pub fn blocked(message: impl Into<String>) -> Self {
         Status::Blocked(message.into())
     }
 
     /// The message.
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::Status::Unknown.message(), "");
+    /// ```
     pub fn message(&self) -> &str {
         match self {
             Status::Unknown => "",
@@ -63,6 +83,10 @@ impl Status {
     }
 
     /// Juju's name for the kind: `active`, `waiting`, ...
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::Status::Unknown.kind_name(), "unknown");
+    /// ```
     pub fn kind_name(&self) -> &'static str {
         match self {
             Status::Unknown => "unknown",

@@ -8,6 +8,11 @@ use crate::pod::{K8sResources, PodSpec};
 use crate::{ConfigValue, Event, Status};
 
 /// A data bag: a relation's unit or application settings, leader data, stored state.
+///
+/// ```
+/// let bag: charm_sdk::testing::Bag = [("k".to_string(), "v".to_string())].into();
+/// assert_eq!(bag["k"], "v");
+/// ```
 pub type Bag = BTreeMap<String, String>;
 
 fn bag<K: Into<String>, V: Into<String>>(pairs: impl IntoIterator<Item = (K, V)>) -> Bag {
