@@ -169,8 +169,11 @@ pub fn lease_store_outage_interrupts(runner: &dyn HookRunner) {
     assert_eq!(out.state, state);
 }
 
+/// A scenario: arrange, run and assert through whichever backend it is given.
+pub type Scenario = fn(&dyn HookRunner);
+
 /// Every scenario, by name, for a runner to go through.
-pub const ALL: &[(&str, fn(&dyn HookRunner))] = &[
+pub const ALL: &[(&str, Scenario)] = &[
     ("leader_forms_the_cluster", leader_forms_the_cluster),
     ("follower_reads_the_members", follower_reads_the_members),
     ("config_waits_for_the_cluster", config_waits_for_the_cluster),
