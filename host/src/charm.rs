@@ -1,13 +1,22 @@
 //! Loading charm components and running their hooks in the sandbox.
+//!
+//! What makes a hook cheap: the component is compiled once (and cached on disk, see
+//! [`cache`]), linked once per charm (`CharmPre`), and each hook's fresh instance comes from
+//! wasmtime's pooling allocator, whose slots keep their mappings between hooks and map the
+//! charm's initial memory copy-on-write instead of copying it.
+
+pub mod cache;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Engine, Store, UpdateDeadline};
+use wasmtime::{
+    Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
+};
 
 use crate::bindings::{self, Charm as CharmBindings, CharmPre, types};
 use crate::context::{HookContext, Interruption, LogLine};
@@ -35,6 +44,12 @@ pub const WIT_PACKAGE: &str = "juju:charm@0.1.0";
 const EXPORTS: &[&str] = &["metadata", "handle-hook"];
 /// How often the engine's epoch advances: the granularity of hook deadlines.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// What one hook's instance may hold of the pool: a Rust charm built for `wasm32-wasip2` has
+/// one memory, a few tables and a few core instances (its module and the component's shims).
+/// A charm needing more is refused when it loads, as its metadata runs in an instance too.
+const CORE_INSTANCES_PER_HOOK: u32 = 16;
+const MEMORIES_PER_HOOK: u32 = 2;
+const TABLES_PER_HOOK: u32 = 8;
 
 /// Why a charm could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +114,11 @@ pub struct RuntimeConfig {
     /// A leader hook stops this long before its leadership guarantee ends, so that it
     /// never acts on leadership the lease store may already have given away.
     pub guarantee_margin: Duration,
+    /// The most hooks that run at once in this runtime; more wait for a free slot. The
+    /// pooling allocator reserves address space (not memory) for this many instances.
+    pub max_concurrent_hooks: u32,
+    /// Where compiled charms are cached ([`cache`]); `None` compiles every load.
+    pub compile_cache: Option<PathBuf>,
 }
 
 impl Default for RuntimeConfig {
@@ -107,7 +127,46 @@ impl Default for RuntimeConfig {
             memory_limit: 256 << 20,
             hook_timeout: Duration::from_secs(300),
             guarantee_margin: Duration::from_millis(500),
+            max_concurrent_hooks: 64,
+            compile_cache: cache::default_dir(),
         }
+    }
+}
+
+/// Where a charm's compiled code came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadedFrom {
+    /// Compiled from its WebAssembly now.
+    Compiled,
+    /// Read from the compiled-charm cache.
+    Cache,
+}
+
+/// Counts the hooks running at once, so they never ask the pool for more slots than it has
+/// (the pool would fail the instantiation instead of waiting).
+struct HookSlots {
+    free: Mutex<u32>,
+    freed: Condvar,
+}
+
+/// A hook's claim on a slot; gives it back when dropped.
+struct HookSlot<'a>(&'a HookSlots);
+
+impl HookSlots {
+    fn acquire(&self) -> HookSlot<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+        HookSlot(self)
+    }
+}
+
+impl Drop for HookSlot<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.0.freed.notify_one();
     }
 }
 
@@ -116,14 +175,32 @@ impl Default for RuntimeConfig {
 pub struct CharmRuntime {
     engine: Engine,
     linker: Arc<Linker<HookContext>>,
-    config: RuntimeConfig,
+    config: Arc<RuntimeConfig>,
+    slots: Arc<HookSlots>,
+    cache: Option<cache::CompileCache>,
 }
 
 impl CharmRuntime {
     /// A runtime with these limits. Starts the thread that drives hook deadlines.
     pub fn new(config: RuntimeConfig) -> Result<Self, wasmtime::Error> {
+        let hooks = config.max_concurrent_hooks.max(1);
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(hooks)
+            .total_core_instances(hooks * CORE_INSTANCES_PER_HOOK)
+            .total_memories(hooks * MEMORIES_PER_HOOK)
+            .total_tables(hooks * TABLES_PER_HOOK)
+            .total_stacks(hooks)
+            .max_core_instances_per_component(CORE_INSTANCES_PER_HOOK)
+            .max_memories_per_component(MEMORIES_PER_HOOK)
+            .max_tables_per_component(TABLES_PER_HOOK)
+            // The pool's own cap; the store's limiter enforces the configured one exactly.
+            .max_memory_size(config.memory_limit.min(1 << 32));
         let mut wasm = wasmtime::Config::new();
-        wasm.epoch_interruption(true);
+        wasm.epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+            // A fresh instance maps the charm's initial memory copy-on-write (the default;
+            // stated because hook cost depends on it).
+            .memory_init_cow(true);
         let engine = Engine::new(&wasm)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
@@ -138,11 +215,25 @@ impl CharmRuntime {
                     std::thread::sleep(EPOCH_TICK);
                 }
             })?;
+        let cache = config
+            .compile_cache
+            .clone()
+            .map(|dir| cache::CompileCache::new(&engine, dir));
         Ok(CharmRuntime {
             engine,
             linker: Arc::new(linker),
-            config,
+            config: Arc::new(config),
+            slots: Arc::new(HookSlots {
+                free: Mutex::new(hooks),
+                freed: Condvar::new(),
+            }),
+            cache,
         })
+    }
+
+    /// The wasmtime engine charms are compiled for.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// The runtime's limits.
@@ -167,11 +258,7 @@ impl CharmRuntime {
             Some([0, b'a', b's', b'm', ..]) => {}
             _ => return Err(LoadError::NotWasm { path }),
         }
-        let component = Component::new(&self.engine, bytes).map_err(|source| LoadError::Wasm {
-            path: path.clone(),
-            what: "cannot compile component",
-            source,
-        })?;
+        let (component, loaded_from, entry) = self.compile(&path, bytes)?;
         check_world(&self.engine, &component).map_err(|reason| LoadError::WrongWorld {
             path: path.clone(),
             reason,
@@ -192,9 +279,46 @@ impl CharmRuntime {
             pre,
             // Filled in from the charm's own `metadata` export just below.
             metadata: Arc::default(),
+            loaded_from,
         };
         charm.metadata = Arc::new(charm.read_metadata(&path)?);
+        // Only a charm that loaded is worth keeping.
+        if let (Some(cache), Some(entry)) = (&self.cache, entry) {
+            match cache.put(&entry, &component) {
+                Ok(()) => {
+                    tracing::debug!(charm = %path.display(), entry = %entry.display(), "cached compiled charm")
+                }
+                Err(e) => {
+                    tracing::warn!(charm = %path.display(), "cannot cache compiled charm: {e}")
+                }
+            }
+        }
         Ok(charm)
+    }
+
+    /// The compiled component: from the cache when it has a sound entry, else compiled (with
+    /// the entry to write once the charm has loaded).
+    fn compile(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+    ) -> Result<(Component, LoadedFrom, Option<PathBuf>), LoadError> {
+        let entry = self.cache.as_ref().map(|cache| cache.entry(bytes));
+        if let (Some(cache), Some(entry)) = (&self.cache, &entry) {
+            match cache.get(&self.engine, entry) {
+                Ok(Some(component)) => return Ok((component, LoadedFrom::Cache, None)),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(charm = %path.display(), "compiled-charm cache entry unusable, compiling: {e}")
+                }
+            }
+        }
+        let component = Component::new(&self.engine, bytes).map_err(|source| LoadError::Wasm {
+            path: path.to_owned(),
+            what: "cannot compile component",
+            source,
+        })?;
+        Ok((component, LoadedFrom::Compiled, entry))
     }
 }
 
@@ -236,6 +360,7 @@ pub struct Charm {
     runtime: CharmRuntime,
     pre: CharmPre<HookContext>,
     metadata: Arc<CharmMetadata>,
+    loaded_from: LoadedFrom,
 }
 
 /// How a hook ended.
@@ -292,6 +417,11 @@ impl Charm {
         &self.metadata
     }
 
+    /// Whether the charm was compiled when it loaded or read from the cache.
+    pub fn loaded_from(&self) -> LoadedFrom {
+        self.loaded_from
+    }
+
     fn read_metadata(&self, path: &Path) -> Result<CharmMetadata, LoadError> {
         let snapshot = UnitSnapshot::default();
         let ctx = HookContext::new(
@@ -300,6 +430,7 @@ impl Charm {
             self.metadata.clone(),
             self.runtime.config.memory_limit,
         );
+        let _slot = self.runtime.slots.acquire();
         let mut store = self.store(ctx, None);
         let wasm = |source| LoadError::Wasm {
             path: path.to_owned(),
@@ -368,21 +499,21 @@ impl Charm {
             self.metadata.clone(),
             self.runtime.config.memory_limit,
         );
+        let slot = self.runtime.slots.acquire();
         let mut store = self.store(ctx, guarantee);
         let result = self
             .pre
             .instantiate(&mut store)
             .and_then(|instance| instance.call_handle_hook(&mut store, &context, event));
+        // Dropping the store gives its instance back to the pool, then the slot back.
         let data = store.into_data();
+        drop(slot);
         let outcome = match result {
             Ok(Ok(())) => HookOutcome::Succeeded,
             Ok(Err(message)) => HookOutcome::Failed(message),
             Err(e) => match (data.interruption, e.downcast_ref::<wasmtime::Trap>()) {
                 (Some(why), Some(wasmtime::Trap::Interrupt)) => HookOutcome::Interrupted(why),
-                _ => HookOutcome::Trapped(trap_message(
-                    &e,
-                    &String::from_utf8_lossy(&data.output.contents()),
-                )),
+                _ => HookOutcome::Trapped(trap_message(&e, &data.output())),
             },
         };
         data.finish(outcome)

@@ -43,10 +43,34 @@ pub struct HookContext {
     pub(crate) interruption: Option<Interruption>,
     /// How many leader-only operations were refused because the hook is not leader.
     pub(crate) leadership_refusals: u32,
-    pub(crate) output: MemoryOutputPipe,
     pub(crate) limits: wasmtime::StoreLimits,
-    wasi: WasiCtx,
+    /// Built on the hook's first WASI call: most hooks make none, and building one costs
+    /// more than the rest of the context.
+    wasi: Option<Wasi>,
+}
+
+/// A hook's WASI context, its resource table, and the pipe that keeps its stdout and stderr.
+struct Wasi {
+    ctx: WasiCtx,
     table: ResourceTable,
+    output: MemoryOutputPipe,
+}
+
+impl Wasi {
+    fn new() -> Self {
+        let output = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        // The sandbox: no filesystem, network, environment or arguments. Clocks and random
+        // stay, as a charm's standard library needs them.
+        let ctx = WasiCtx::builder()
+            .stdout(output.clone())
+            .stderr(output.clone())
+            .build();
+        Wasi {
+            ctx,
+            table: ResourceTable::new(),
+            output,
+        }
+    }
 }
 
 impl HookContext {
@@ -57,13 +81,6 @@ impl HookContext {
         metadata: Arc<CharmMetadata>,
         memory_limit: usize,
     ) -> Self {
-        let output = MemoryOutputPipe::new(OUTPUT_CAPACITY);
-        // The sandbox: no filesystem, network, environment or arguments. Clocks and random
-        // stay, as a charm's standard library needs them.
-        let wasi = WasiCtx::builder()
-            .stdout(output.clone())
-            .stderr(output.clone())
-            .build();
         HookContext {
             snapshot,
             fence,
@@ -72,24 +89,30 @@ impl HookContext {
             metadata,
             interruption: None,
             leadership_refusals: 0,
-            output,
             limits: wasmtime::StoreLimitsBuilder::new()
                 .memory_size(memory_limit)
                 .build(),
-            wasi,
-            table: ResourceTable::new(),
+            wasi: None,
         }
     }
 
     /// The hook's result: how it ended, with what it wrote and logged.
     pub fn finish(self, outcome: crate::charm::HookOutcome) -> crate::charm::HookRun {
-        let output = String::from_utf8_lossy(&self.output.contents()).into_owned();
+        let output = self.output();
         crate::charm::HookRun {
             outcome,
             changes: self.changes,
             logs: self.logs,
             output,
             leadership_refusals: self.leadership_refusals,
+        }
+    }
+
+    /// What the hook wrote to stdout and stderr (a panic message, say).
+    pub fn output(&self) -> String {
+        match &self.wasi {
+            Some(wasi) => String::from_utf8_lossy(&wasi.output.contents()).into_owned(),
+            None => String::new(),
         }
     }
 
@@ -109,9 +132,10 @@ impl HookContext {
 
 impl WasiView for HookContext {
     fn ctx(&mut self) -> WasiCtxView<'_> {
+        let wasi = self.wasi.get_or_insert_with(Wasi::new);
         WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
+            ctx: &mut wasi.ctx,
+            table: &mut wasi.table,
         }
     }
 }

@@ -1,0 +1,37 @@
+//! The floor: a component of the `charm` world, built straight on the generated bindings
+//! (no SDK), whose hooks do nothing. Instantiating it and calling `handle-hook` is the least
+//! any hook can cost in this host's engine; the hook benchmarks report against it.
+//!
+//! One exception, for the benchmark of the `is-leader` host call: the action `is-leader`
+//! calls it as many times as its parameters say (a bare number), and nothing else.
+
+// The world `use`s `context`, `event` and `metadata`, so the bindings define them here.
+wit_bindgen::generate!({ path: "../../../wit", world: "juju:charm/charm@0.1.0" });
+
+struct Empty;
+
+impl Guest for Empty {
+    fn metadata() -> Metadata {
+        Metadata {
+            name: "empty".into(),
+            summary: "Does nothing".into(),
+            relations: Vec::new(),
+            config: Vec::new(),
+            actions: Vec::new(),
+        }
+    }
+
+    fn handle_hook(_context: Context, event: Event) -> Result<(), String> {
+        if let Event::Action(action) = &event
+            && action.name == "is-leader"
+        {
+            let calls: u32 = action.params.trim().parse().unwrap_or(0);
+            for _ in 0..calls {
+                std::hint::black_box(juju::charm::leadership::is_leader());
+            }
+        }
+        Ok(())
+    }
+}
+
+export!(Empty);
