@@ -3,13 +3,14 @@
 CHARMS := discourse postgresql
 CARGO ?= cargo
 
-.PHONY: demo test charms wasm-target
+.PHONY: demo test charms wasm-target etcd-deps
 
 demo: charms
 	$(CARGO) run --release -p charm-host -- run charms/demo.yaml --until-idle
 
-test: wasm-target
-	$(CARGO) test --release --workspace
+# Every test, the etcd store's included: they start their own etcd on 127.0.0.1.
+test: wasm-target etcd-deps
+	$(CARGO) test --release --workspace --features charm-host/etcd,charm-tests/etcd
 
 charms: wasm-target
 	$(CARGO) build --profile charm --target wasm32-wasip2 $(addprefix -p ,$(CHARMS))
@@ -18,3 +19,11 @@ charms: wasm-target
 
 wasm-target:
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+
+# The etcd backend builds its gRPC client with protoc; its tests run Debian's etcd.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+etcd-deps:
+	@if ! command -v etcd >/dev/null || ! command -v protoc >/dev/null; then \
+		echo "installing etcd-server and protobuf-compiler for the etcd store's tests"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq etcd-server protobuf-compiler; \
+	fi

@@ -193,6 +193,8 @@ impl UnitAgent {
             leadership.wait_for(|l| *l != Leadership::Unknown),
         )
         .await;
+        // Stores that watch for changes wake the agent when another host queues a hook.
+        let signal = self.store.clone().queue_signal(&self.unit);
         let mut elected_term = self.elected_term;
         let mut failures = 0u32;
         let mut transient_failures = 0u32;
@@ -225,6 +227,7 @@ impl UnitAgent {
             }
             let Some(QueueEntry { seq, hook }) = self.queue.front().cloned() else {
                 let poll = self.poll;
+                let woken = signal.clone();
                 tokio::select! {
                     hook = self.inbox.recv() => match hook {
                         Some(hook) => self.accept(hook),
@@ -235,6 +238,12 @@ impl UnitAgent {
                     _ = async move {
                         match poll {
                             Some(every) => sleep(every).await,
+                            None => std::future::pending().await,
+                        }
+                    } => self.poll_store().await,
+                    _ = async move {
+                        match woken {
+                            Some(signal) => signal.notified().await,
                             None => std::future::pending().await,
                         }
                     } => self.poll_store().await,
@@ -398,6 +407,7 @@ impl UnitAgent {
                     leader = record.leader,
                     term = record.term.unwrap_or(0),
                     pod_spec_revision = record.pod_spec_revision.unwrap_or(0),
+                    refused_not_leader = record.refused_not_leader,
                     "hook committed"
                 );
                 self.shared.record(record);

@@ -90,7 +90,7 @@ enum Command {
     /// Shows the model: applications with their leaders, units with their status. Safe to
     /// run while a host is running on the same store.
     Status {
-        /// The store: `sqlite:PATH` or `memory`.
+        /// The store: `sqlite:PATH`, `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` or `memory`.
         #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
         store: String,
         #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -100,7 +100,7 @@ enum Command {
     PodSpec {
         /// The application.
         app: String,
-        /// The store: `sqlite:PATH` or `memory`.
+        /// The store: `sqlite:PATH`, `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` or `memory`.
         #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
         store: String,
         #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -128,7 +128,8 @@ enum Command {
         timeout: f64,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
-        /// The store: `sqlite:PATH` (durable, the default) or `memory` (this process only).
+        /// The store: `sqlite:PATH` (durable, the default), `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`
+        /// (shared by hosts on several machines) or `memory` (this process only).
         #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
         store: String,
         /// Run agents only for these units (comma-separated, such as `discourse/0,discourse/1`),
@@ -181,11 +182,16 @@ fn main() -> Result<()> {
         Command::Inspect { charm, format } => inspect(&charm, format),
         Command::Status { store, format } => {
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(async { print_status(&open_store(&store, false)?, format).await })
+            runtime.block_on(async {
+                print_status(&open_store(&store, false, REQUEST_TIMEOUT).await?, format).await
+            })
         }
         Command::PodSpec { app, store, format } => {
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(print_pod_spec(&open_store(&store, false)?, &app, format))
+            runtime.block_on(async {
+                print_pod_spec(&open_store(&store, false, REQUEST_TIMEOUT).await?, &app, format)
+                    .await
+            })
         }
         Command::Sim(SimCommand::Leadership {
             seed,
@@ -392,13 +398,24 @@ fn inspect(path: &std::path::Path, format: Format) -> Result<()> {
     Ok(())
 }
 
+/// How long `status` and `pod-spec` wait for an etcd request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Opens the store `spec` names; `create` makes a missing SQLite file (and its directory).
-fn open_store(spec: &str, create: bool) -> Result<Arc<dyn Store>> {
+/// An etcd request that takes longer than `request_timeout` fails as unavailable.
+async fn open_store(
+    spec: &str,
+    create: bool,
+    request_timeout: Duration,
+) -> Result<Arc<dyn Store>> {
     if spec == "memory" {
         return Ok(Arc::new(MemoryStore::new("default")));
     }
+    if spec.starts_with("etcd://") {
+        return open_etcd(spec, request_timeout).await;
+    }
     let Some(path) = spec.strip_prefix("sqlite:") else {
-        bail!("--store {spec}: unknown store; use sqlite:PATH or memory");
+        bail!("--store {spec}: unknown store; use sqlite:PATH, etcd://HOST:PORT or memory");
     };
     let path = PathBuf::from(path);
     if !create && !path.exists() {
@@ -413,6 +430,24 @@ fn open_store(spec: &str, create: bool) -> Result<Arc<dyn Store>> {
     }
     let store = SqliteStore::open(&path, "default").with_context(|| format!("--store {spec}"))?;
     Ok(Arc::new(store))
+}
+
+#[cfg(feature = "etcd")]
+async fn open_etcd(spec: &str, request_timeout: Duration) -> Result<Arc<dyn Store>> {
+    let mut config =
+        charm_host::store::EtcdConfig::parse(spec).with_context(|| format!("--store {spec}"))?;
+    config.request_timeout = request_timeout;
+    let store = charm_host::store::EtcdStore::connect(config, "default")
+        .await
+        .with_context(|| format!("--store {spec}"))?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn open_etcd(spec: &str, _request_timeout: Duration) -> Result<Arc<dyn Store>> {
+    bail!(
+        "--store {spec}: this charm-host was built without etcd support; build it with `cargo build --release -p charm-host --features etcd`"
+    )
 }
 
 async fn print_pod_spec(store: &Arc<dyn Store>, app: &str, format: Format) -> Result<()> {
@@ -446,11 +481,12 @@ async fn run(
     units: Vec<String>,
     leadership: LeadershipConfig,
 ) -> Result<()> {
-    // Only a shared file can have other hosts queueing hooks for our units.
+    // Other hosts sharing a SQLite file queue hooks for our units unseen: look every half
+    // second. etcd's watches wake the agents instead.
     let poll_interval = store
         .starts_with("sqlite:")
         .then(|| Duration::from_millis(500));
-    let store = open_store(store, true)?;
+    let store = open_store(store, true, leadership.request_timeout).await?;
     let runtime_config = RuntimeConfig::default();
     let margin = runtime_config.guarantee_margin;
     let runtime = CharmRuntime::new(runtime_config).map_err(anyhow::Error::from)?;

@@ -19,12 +19,38 @@ use charm_host::store::{
 };
 use serde_json::json;
 
-/// A short lease, for tests that wait for expiry.
-const SHORT: Duration = Duration::from_millis(60);
 /// Long enough to outlast any test.
 const LONG: Duration = Duration::from_secs(600);
-/// How long to sleep for a `SHORT` lease to be surely expired.
-const PAST_SHORT: Duration = Duration::from_millis(100);
+
+/// The time scale of a backend's leases: milliseconds in memory and SQLite, whole seconds
+/// in etcd (its TTLs are seconds, and it revokes lapsed leases on a half-second tick).
+#[derive(Clone, Copy)]
+struct Timing {
+    /// The unit every lease test's durations are multiples of.
+    tick: Duration,
+    /// How long after a one-tick lease was granted it is surely gone from the store.
+    past_tick: Duration,
+}
+
+const FAST: Timing = Timing {
+    tick: Duration::from_millis(50),
+    past_tick: Duration::from_millis(100),
+};
+
+thread_local! {
+    /// The timing of the backend the current test runs on (each test has its own thread).
+    static TIMING: std::cell::Cell<Timing> = const { std::cell::Cell::new(FAST) };
+}
+
+/// A short lease, for tests that wait for expiry.
+fn short() -> Duration {
+    TIMING.with(|t| t.get().tick)
+}
+
+/// How long to sleep for a `short()` lease to be surely expired.
+fn past_short() -> Duration {
+    TIMING.with(|t| t.get().past_tick)
+}
 
 // ---------------------------------------------------------------- fixtures
 
@@ -211,18 +237,18 @@ async fn assert_nothing_applied(store: &dyn Store, m: &Model) {
 
 // ---------------------------------------------------------------- leases
 
-async fn first_claim_gets_term_one(store: &dyn Store) {
+async fn first_claim_gets_a_term(store: &dyn Store) {
     let claim = store.claim("web", "web/0", LONG).await.unwrap();
-    assert_eq!(
-        claim,
-        Claim::Held(Lease {
-            holder: "web/0".into(),
-            term: 1,
-            duration: LONG
-        })
-    );
+    let Claim::Held(lease) = claim else {
+        panic!("the first claim was denied: {claim:?}");
+    };
+    assert_eq!((lease.holder.as_str(), lease.duration), ("web/0", LONG));
+    assert!(lease.term >= 1, "terms start above zero: {lease:?}");
     let leader = store.leader("web").await.unwrap().expect("a live lease");
-    assert_eq!((leader.holder.as_str(), leader.term), ("web/0", 1));
+    assert_eq!(
+        (leader.holder.as_str(), leader.term),
+        ("web/0", lease.term)
+    );
     assert!(
         leader.duration <= LONG && leader.duration > LONG - Duration::from_secs(5),
         "{leader:?}"
@@ -231,77 +257,67 @@ async fn first_claim_gets_term_one(store: &dyn Store) {
 }
 
 async fn holder_claim_extends_and_keeps_term(store: &dyn Store) {
-    let lease = Duration::from_millis(150);
-    hold(store, "web", "web/0", lease).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let lease = short() * 3;
+    let term = hold(store, "web", "web/0", lease).await.term;
+    tokio::time::sleep(short() * 2).await;
     let again = store.claim("web", "web/0", lease).await.unwrap();
     assert_eq!(
         again,
         Claim::Held(Lease {
             holder: "web/0".into(),
-            term: 1,
+            term,
             duration: lease
         })
     );
-    // 200 ms after the first claim: only the extension keeps it alive.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Four ticks after the first claim: only the extension keeps it alive.
+    tokio::time::sleep(short() * 2).await;
     let leader = store
         .leader("web")
         .await
         .unwrap()
         .expect("the extension keeps the lease");
-    assert_eq!((leader.holder.as_str(), leader.term), ("web/0", 1));
+    assert_eq!((leader.holder.as_str(), leader.term), ("web/0", term));
 }
 
 async fn other_claim_denied_while_lease_live(store: &dyn Store) {
-    hold(store, "web", "web/0", LONG).await;
+    let term = hold(store, "web", "web/0", LONG).await.term;
     let claim = store.claim("web", "web/1", LONG).await.unwrap();
     assert_eq!(
         claim,
         Claim::Denied {
             holder: "web/0".into(),
-            term: 1
+            term
         }
     );
     let leader = store.leader("web").await.unwrap().unwrap();
-    assert_eq!((leader.holder.as_str(), leader.term), ("web/0", 1));
+    assert_eq!((leader.holder.as_str(), leader.term), ("web/0", term));
 }
 
-async fn expired_lease_goes_to_next_claimant_with_next_term(store: &dyn Store) {
-    hold(store, "web", "web/0", SHORT).await;
-    tokio::time::sleep(PAST_SHORT).await;
+async fn expired_lease_goes_to_next_claimant_with_a_greater_term(store: &dyn Store) {
+    let first = hold(store, "web", "web/0", short()).await.term;
+    tokio::time::sleep(past_short()).await;
     assert_eq!(
         store.leader("web").await.unwrap(),
         None,
         "the lease outlived its duration"
     );
     let claim = store.claim("web", "web/1", LONG).await.unwrap();
-    assert_eq!(
-        claim,
-        Claim::Held(Lease {
-            holder: "web/1".into(),
-            term: 2,
-            duration: LONG
-        })
-    );
+    let Claim::Held(lease) = claim else {
+        panic!("the lapsed lease was not granted: {claim:?}");
+    };
+    assert_eq!((lease.holder.as_str(), lease.duration), ("web/1", LONG));
+    assert!(lease.term > first, "term {} after {first}", lease.term);
 }
 
 async fn holder_reclaiming_after_expiry_gets_new_term(store: &dyn Store) {
-    hold(store, "web", "web/0", SHORT).await;
-    tokio::time::sleep(PAST_SHORT).await;
-    let claim = store.claim("web", "web/0", LONG).await.unwrap();
-    assert_eq!(
-        claim,
-        Claim::Held(Lease {
-            holder: "web/0".into(),
-            term: 2,
-            duration: LONG
-        })
-    );
+    let first = hold(store, "web", "web/0", short()).await.term;
+    tokio::time::sleep(past_short()).await;
+    let again = hold(store, "web", "web/0", LONG).await.term;
+    assert!(again > first, "term {again} after {first}");
 }
 
 async fn release_frees_lease_and_terms_never_repeat(store: &dyn Store) {
-    hold(store, "web", "web/0", LONG).await;
+    let first = hold(store, "web", "web/0", LONG).await.term;
     // Only the holder can release.
     store.release("web", "web/1").await.unwrap();
     assert_eq!(
@@ -310,20 +326,33 @@ async fn release_frees_lease_and_terms_never_repeat(store: &dyn Store) {
     );
     store.release("web", "web/0").await.unwrap();
     assert_eq!(store.leader("web").await.unwrap(), None);
-    let mut terms = vec![1];
+    let mut terms = vec![first];
     for unit in ["web/1", "web/0", "web/0", "web/2"] {
         let fence = hold(store, "web", unit, LONG).await;
         terms.push(fence.term);
         store.release("web", unit).await.unwrap();
     }
-    assert_eq!(terms, [1, 2, 3, 4, 5], "a term was reused or skipped");
+    assert!(
+        terms.windows(2).all(|w| w[0] < w[1]),
+        "a term was reused: {terms:?}"
+    );
 }
 
 async fn terms_are_per_application(store: &dyn Store) {
-    hold(store, "web", "web/0", SHORT).await;
-    tokio::time::sleep(PAST_SHORT).await;
-    assert_eq!(hold(store, "web", "web/0", LONG).await.term, 2);
-    assert_eq!(hold(store, "db", "db/0", LONG).await.term, 1);
+    deploy(store).await;
+    let web = hold(store, "web", "web/0", short()).await.term;
+    tokio::time::sleep(past_short()).await;
+    assert!(hold(store, "web", "web/0", LONG).await.term > web);
+    // db's leadership is its own: web's new term does not fence db's commits.
+    let db = hold(store, "db", "db/0", LONG).await;
+    let changes = Changes {
+        app_status: Some(status(StatusKind::Active, "leading")),
+        ..Changes::default()
+    };
+    store
+        .commit("db/0", None, &changes, Some(&db))
+        .await
+        .expect("db's own term fences db's commit");
 }
 
 // ---------------------------------------------------------------- fenced commits
@@ -377,7 +406,7 @@ async fn stale_term_commit_is_rejected_and_applies_nothing(store: &dyn Store) {
     let stale = hold(store, "web", "web/0", LONG).await;
     store.release("web", "web/0").await.unwrap();
     let current = hold(store, "web", "web/0", LONG).await;
-    assert_eq!(current.term, stale.term + 1);
+    assert!(current.term > stale.term, "{current:?} after {stale:?}");
     let err = store
         .commit("web/0", None, &leader_hook(&m), Some(&stale))
         .await
@@ -422,8 +451,8 @@ async fn commit_fenced_by_another_holder_is_rejected(store: &dyn Store) {
 
 async fn commit_after_expiry_is_rejected(store: &dyn Store) {
     let m = deploy(store).await;
-    let fence = hold(store, "web", "web/0", SHORT).await;
-    tokio::time::sleep(PAST_SHORT).await;
+    let fence = hold(store, "web", "web/0", short()).await;
+    tokio::time::sleep(past_short()).await;
     // Nobody else claimed: the lease still names web/0 and its term, but it has expired.
     let err = store
         .commit("web/0", None, &leader_hook(&m), Some(&fence))
@@ -913,7 +942,7 @@ async fn status_rows_show_leaders_and_hook_errors(store: &dyn Store) {
         [
             ("db", "charms/db.wasm", None, None, None),
             ("other", "charms/other.wasm", None, None, None),
-            ("web", "charms/web.wasm", Some("web/1"), Some(1), Some(1)),
+            ("web", "charms/web.wasm", Some("web/1"), Some(fence.term), Some(1)),
         ]
     );
     assert_eq!(
@@ -960,7 +989,7 @@ async fn status_rows_show_leaders_and_hook_errors(store: &dyn Store) {
 
 async fn status_forgets_expired_leaders(store: &dyn Store) {
     deploy(store).await;
-    hold(store, "db", "db/0", SHORT).await;
+    let term = hold(store, "db", "db/0", short()).await.term;
     let row = |s: &charm_host::store::ModelStatus| {
         let a = s
             .applications
@@ -972,9 +1001,9 @@ async fn status_forgets_expired_leaders(store: &dyn Store) {
     };
     assert_eq!(
         row(&store.status().await.unwrap()),
-        (Some("db/0".into()), Some(1))
+        (Some("db/0".into()), Some(term))
     );
-    tokio::time::sleep(PAST_SHORT).await;
+    tokio::time::sleep(past_short()).await;
     let status = store.status().await.unwrap();
     assert_eq!(row(&status), (None, None));
     assert!(!status.units.iter().any(|u| u.leader));
@@ -1596,6 +1625,20 @@ macro_rules! contract {
                 }
             )*
         }
+
+        #[cfg(feature = "etcd")]
+        mod etcd {
+            $(
+                #[tokio::test]
+                async fn $property() {
+                    super::TIMING.with(|t| t.set(super::etcd_only::TIMING));
+                    // A real etcd per test, so tests cannot see each other's keys or leases.
+                    let server = super::etcd_server::EtcdServer::start();
+                    let store = super::etcd_only::open(&server, "test").await;
+                    super::$property(&store).await;
+                }
+            )*
+        }
     };
 }
 
@@ -1604,10 +1647,10 @@ fn sqlite_store(dir: &std::path::Path) -> SqliteStore {
 }
 
 contract! {
-    first_claim_gets_term_one,
+    first_claim_gets_a_term,
     holder_claim_extends_and_keeps_term,
     other_claim_denied_while_lease_live,
-    expired_lease_goes_to_next_claimant_with_next_term,
+    expired_lease_goes_to_next_claimant_with_a_greater_term,
     holder_reclaiming_after_expiry_gets_new_term,
     release_frees_lease_and_terms_never_repeat,
     terms_are_per_application,
@@ -1632,6 +1675,155 @@ contract! {
     commits_queue_the_hooks_they_fire,
     fenced_out_commit_keeps_its_hook_queued,
     elected_term_round_trips,
+}
+
+// ---------------------------------------------------------------- etcd only
+
+#[cfg(feature = "etcd")]
+#[path = "../../tests/src/etcd_server.rs"]
+mod etcd_server;
+
+#[cfg(feature = "etcd")]
+mod etcd_only {
+    use std::sync::Arc;
+
+    use charm_host::store::{EtcdConfig, EtcdStore, LeaseError};
+
+    use super::etcd_server::EtcdServer;
+    use super::*;
+
+    /// etcd's leases are whole seconds, revoked on a half-second tick once lapsed.
+    pub(super) const TIMING: Timing = Timing {
+        tick: Duration::from_secs(1),
+        past_tick: Duration::from_millis(2600),
+    };
+
+    pub(super) async fn open(server: &EtcdServer, prefix: &str) -> EtcdStore {
+        open_model(server, prefix, "test-model").await.unwrap()
+    }
+
+    async fn open_model(
+        server: &EtcdServer,
+        prefix: &str,
+        model: &str,
+    ) -> Result<EtcdStore, StoreError> {
+        let config = EtcdConfig::parse(&server.store_spec(prefix))?;
+        EtcdStore::connect(config, model).await
+    }
+
+    #[test]
+    fn store_addresses_parse() {
+        let one = EtcdConfig::parse("etcd://10.0.0.1:2379").unwrap();
+        assert_eq!(one.endpoints, ["10.0.0.1:2379"]);
+        assert_eq!(one.prefix, EtcdConfig::DEFAULT_PREFIX);
+        let many = EtcdConfig::parse("etcd://a:1,b:2,c:3/models/prod/").unwrap();
+        assert_eq!(many.endpoints, ["a:1", "b:2", "c:3"]);
+        assert_eq!(many.prefix, "models/prod");
+        for bad in ["etcd://", "etcd://host", "etcd://host:port", "sqlite:x", "etcd://:1"] {
+            let err = EtcdConfig::parse(bad).unwrap_err().to_string();
+            assert!(err.contains(bad), "{bad}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn prefixes_keep_models_apart_and_refuse_a_mismatch() {
+        let server = EtcdServer::start();
+        let prod = open_model(&server, "prod", "prod").await.unwrap();
+        let staging = open_model(&server, "staging", "staging").await.unwrap();
+        deploy(&prod).await;
+        assert_eq!(staging.applications().await.unwrap(), []);
+        assert_eq!(prod.applications().await.unwrap().len(), 3);
+        // Another model's prefix is refused, and left as it was.
+        let err = open_model(&server, "prod", "staging").await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Incompatible(m) if m.contains("holds model prod")),
+            "{err}"
+        );
+        assert_eq!(prod.applications().await.unwrap().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn commits_survive_an_etcd_restart() {
+        let mut server = EtcdServer::start();
+        let store = open(&server, "m").await;
+        let m = deploy(&store).await;
+        let fence = hold(&store, "web", "web/0", LONG).await;
+        let done = store
+            .commit("web/0", None, &leader_hook(&m), Some(&fence))
+            .await
+            .unwrap();
+        assert_eq!(done.receipt.pod_spec_revision, Some(1));
+        server.restart();
+        let again = open(&server, "m").await;
+        assert_eq!(again.pod_spec("web").await.unwrap().unwrap().revision, 1);
+        let snapshot = again.snapshot("web/0").await.unwrap();
+        assert_eq!(snapshot.stored["installed"], "yes");
+        // The lease outlived the restart too: the same fence still admits a commit.
+        again
+            .commit("web/0", None, &leader_hook(&m), Some(&fence))
+            .await
+            .expect("the leadership survived the restart");
+    }
+
+    #[tokio::test]
+    async fn a_frozen_etcd_is_unavailable_never_a_denial() {
+        let server = EtcdServer::start();
+        let store = open(&server, "m").await;
+        deploy(&store).await;
+        let fence = hold(&store, "web", "web/0", LONG).await;
+        server.pause();
+        let claim = store.claim("web", "web/0", LONG).await;
+        let commit = store
+            .commit("web/0", None, &Changes::default(), Some(&fence))
+            .await;
+        server.resume();
+        assert!(matches!(claim, Err(LeaseError::Unavailable(_))), "{claim:?}");
+        assert!(
+            matches!(commit, Err(CommitError::Store(StoreError::Unavailable(_)))),
+            "{commit:?}"
+        );
+        // Once etcd answers again the lease is still ours, with the same term.
+        assert_eq!(hold(&store, "web", "web/0", LONG).await, fence);
+    }
+
+    /// Two stores on one etcd stand for two hosts.
+    #[tokio::test]
+    async fn two_hosts_contend_for_one_lease_and_see_each_others_hooks() {
+        let server = EtcdServer::start();
+        let a = Arc::new(open(&server, "m").await);
+        let m = deploy(a.as_ref()).await;
+        let b = Arc::new(open(&server, "m").await);
+        for round in 0..20 {
+            let app = format!("race{round}");
+            let (x, y) = tokio::join!(a.claim(&app, "race/0", LONG), b.claim(&app, "race/1", LONG));
+            match (x.unwrap(), y.unwrap()) {
+                (Claim::Held(l), Claim::Denied { holder, term })
+                | (Claim::Denied { holder, term }, Claim::Held(l)) => {
+                    assert_eq!((holder, term), (l.holder, l.term), "round {round}");
+                }
+                other => panic!("round {round}: not exactly one holder: {other:?}"),
+            }
+        }
+
+        // b's agent for db/0 waits on its signal; a's commit of web/0's bag queues
+        // relation-changed on db/0, and the watch wakes b.
+        drain(a.as_ref(), &ALL_UNITS).await;
+        let signal = b.clone().queue_signal("db/0").expect("etcd pushes queue changes");
+        // The watch starts in the background; let it settle, then consume its first wake-up.
+        tokio::time::timeout(Duration::from_secs(5), signal.notified())
+            .await
+            .expect("the first wake-up after the watch started");
+        let changes = Changes {
+            unit_bags: BTreeMap::from([(m.web_db.id, writes(&[("host", Some("web-0"))]))]),
+            ..Changes::default()
+        };
+        let done = a.commit("web/0", None, &changes, None).await.unwrap();
+        assert!(done.queued.iter().any(|q| q.unit == "db/0"), "{done:?}");
+        tokio::time::timeout(Duration::from_secs(5), signal.notified())
+            .await
+            .expect("db/0's agent is woken by a's commit");
+        assert_eq!(b.queued("db/0").await.unwrap(), a.queued("db/0").await.unwrap());
+    }
 }
 
 // ---------------------------------------------------------------- SQLite only

@@ -6,12 +6,16 @@
 //! atomic step.
 
 pub mod faults;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod lease;
 mod memory;
 pub mod routing;
 mod sqlite;
 mod state;
 
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdConfig, EtcdStore};
 pub use lease::{Claim, Lease, LeaseError, LeaseStore};
 pub use memory::MemoryStore;
 pub use sqlite::SqliteStore;

@@ -1,4 +1,7 @@
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
 
 use super::BoxFuture;
 use crate::model::{
@@ -225,4 +228,10 @@ pub trait StateStore: Send + Sync {
 
     /// The status of every application and unit.
     fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>>;
+
+    /// A wake-up for `unit`'s agent when another host may have queued hooks for it, from
+    /// stores that push changes (etcd's watches). `None` (the default): the agent polls.
+    fn queue_signal(self: Arc<Self>, _unit: &str) -> Option<Arc<Notify>> {
+        None
+    }
 }

@@ -1,0 +1,389 @@
+//! What one hook costs, against the least wasmtime allows in the same engine.
+//!
+//! - `floor`: the runtime's engine and a linker like the runtime's, a fresh `Store`,
+//!   instantiating the empty charm (`tests/guests/empty`, our world, no work) from its
+//!   `InstancePre` and calling `handle-hook`. Nothing of ours but the store's data.
+//! - `run_hook/empty`: the same through `Charm::run_hook`: our per-hook overhead.
+//! - `instantiate/discourse`: a fresh instance of discourse, no call.
+//! - `run_hook/discourse`: discourse's `db-relation-changed` as leader (reads PostgreSQL's
+//!   bag, `is_leader`, config, `set_pod_spec`, status), from a snapshot taken beforehand.
+//! - `full_hook/memory`, `full_hook/sqlite`: what a unit's agent does per hook: the
+//!   snapshot read from the store, the hook in a fresh instance, the fenced commit.
+//! - `is_leader`: one `is-leader` host call, from the empty charm calling it 10,000 times
+//!   in one hook, less that hook with no calls, divided by 10,000.
+//! - `load/compile`, `load/cache`: loading discourse (compile or read the compiled-charm
+//!   cache, check the world, link, read its metadata).
+//!
+//! Before criterion runs, plain loops time each case one by one and print p50 and p99 and
+//! the ratios against the floor of this same run, which criterion's summary does not give;
+//! they are also written to `target/bench-results/hook.json` (for `peer/run.sh`). With
+//! `HOOK_BENCH_PLAIN_ONLY=1` only the plain loops run. `HOOK_BENCH_PROFILE=<case>` runs
+//! just that case 2,000 times and exits, for a profiler:
+//! `HOOK_BENCH_PROFILE=full_hook/memory valgrind --tool=callgrind target/release/deps/hook-*`
+//!
+//! `cargo bench -p charm-host --bench hook`
+
+mod common;
+
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use charm_host::bindings::types::{ActionEvent, Context, Event};
+use charm_host::bindings::{Charm as CharmBindings, CharmPre};
+use charm_host::charm::{Charm, CharmRuntime, HookOutcome, LoadedFrom};
+use charm_host::context::HookContext;
+use charm_host::model::UnitSnapshot;
+use charm_host::store::{MemoryStore, SqliteStore, Store};
+use common::{Unit, micros, percentiles};
+use criterion::Criterion;
+use tokio::runtime::Runtime;
+use wasmtime::Store as WasmStore;
+use wasmtime::component::{Component, HasSelf, Linker};
+
+/// Iterations of each plain timing loop.
+const SAMPLES: usize = 10_000;
+/// `is-leader` calls per hook in the `is_leader` case.
+const IS_LEADER_CALLS: u32 = 10_000;
+/// Rounds of the interleaved timing loops.
+const ROUNDS: usize = 10;
+
+/// The floor's pieces: wasmtime alone, with the runtime's engine.
+struct Floor {
+    pre: CharmPre<HookContext>,
+    context: Context,
+    event: Event,
+}
+
+impl Floor {
+    fn new(runtime: &CharmRuntime, wasm: &Path) -> Self {
+        let engine = runtime.engine();
+        let component = Component::from_file(engine, wasm).expect("the guest compiles");
+        let mut linker = Linker::new(engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).unwrap();
+        CharmBindings::add_to_linker::<HookContext, HasSelf<HookContext>>(&mut linker, |ctx| ctx)
+            .unwrap();
+        let pre = CharmPre::new(linker.instantiate_pre(&component).unwrap()).unwrap();
+        Floor {
+            pre,
+            context: Context {
+                model: "bench".into(),
+                unit: "empty/0".into(),
+                app: "empty".into(),
+            },
+            event: Event::Install,
+        }
+    }
+
+    fn store(&self) -> WasmStore<HookContext> {
+        let ctx = HookContext::new(UnitSnapshot::default(), None, Arc::default(), 256 << 20);
+        let mut store = WasmStore::new(self.pre.engine(), ctx);
+        // The runtime's engine interrupts on epochs: a store must have a deadline.
+        store.set_epoch_deadline(u64::MAX / 2);
+        store
+    }
+
+    /// A fresh instance of the empty charm, and one call of `handle-hook`.
+    fn hook(&self) {
+        let mut store = self.store();
+        let instance = self.pre.instantiate(&mut store).unwrap();
+        let result = instance.call_handle_hook(&mut store, &self.context, &self.event);
+        black_box(result.unwrap().unwrap());
+    }
+
+    /// A fresh instance, no call.
+    fn instantiate(&self) {
+        let mut store = self.store();
+        black_box(self.pre.instantiate(&mut store).unwrap());
+    }
+}
+
+/// The `is-leader` action of the empty charm, calling `is-leader` `calls` times.
+fn is_leader_event(calls: u32) -> Event {
+    Event::Action(ActionEvent {
+        id: "1".into(),
+        name: "is-leader".into(),
+        params: calls.to_string(),
+    })
+}
+
+fn empty_snapshot() -> UnitSnapshot {
+    UnitSnapshot {
+        model: "bench".into(),
+        unit: "empty/0".into(),
+        app: "empty".into(),
+        ..UnitSnapshot::default()
+    }
+}
+
+/// A store with one discourse unit ready for `db-relation-changed`.
+struct Deployed {
+    store: Box<dyn Store>,
+    unit: Unit,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn deployed(rt: &Runtime, charm: &Charm, sqlite: bool) -> Deployed {
+    let (store, dir): (Box<dyn Store>, _) = if sqlite {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("bench.db"), "bench").unwrap();
+        (Box::new(store), Some(dir))
+    } else {
+        (Box::new(MemoryStore::new("bench")), None)
+    };
+    let unit = rt
+        .block_on(common::deploy(store.as_ref(), charm.metadata(), 1))
+        .pop()
+        .unwrap();
+    Deployed {
+        store,
+        unit,
+        _dir: dir,
+    }
+}
+
+/// p50 and p99 of `SAMPLES` runs of each case, timed one by one, the cases taking turns in
+/// `ROUNDS` rounds so that a change in the machine's load affects them all alike.
+fn time_interleaved<'a>(
+    cases: &mut [(&'a str, Box<dyn FnMut() + '_>)],
+) -> Vec<(&'a str, (Duration, Duration))> {
+    let mut times = vec![Vec::with_capacity(SAMPLES); cases.len()];
+    for _ in 0..ROUNDS {
+        for ((_, f), times) in cases.iter_mut().zip(&mut times) {
+            for _ in 0..SAMPLES / ROUNDS / 10 {
+                f();
+            }
+            for _ in 0..SAMPLES / ROUNDS {
+                let start = Instant::now();
+                f();
+                times.push(start.elapsed());
+            }
+        }
+    }
+    cases
+        .iter()
+        .zip(&mut times)
+        .map(|((name, _), times)| (*name, percentiles(times)))
+        .collect()
+}
+
+/// p50 and p99 of `SAMPLES` runs of `f`, timed one by one.
+fn time(mut f: impl FnMut()) -> (Duration, Duration) {
+    for _ in 0..SAMPLES / 10 {
+        f();
+    }
+    let mut times = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let start = Instant::now();
+        f();
+        times.push(start.elapsed());
+    }
+    percentiles(&mut times)
+}
+
+fn main() {
+    let guests = common::guests();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let runtime = common::runtime(None);
+    let discourse = common::load(&runtime, &guests.discourse);
+    let empty = common::load(&runtime, &guests.empty);
+    let floor = Floor::new(&runtime, &guests.empty);
+    let floor_discourse = Floor::new(&runtime, &guests.discourse);
+    let memory = deployed(&rt, &discourse, false);
+    let sqlite = deployed(&rt, &discourse, true);
+    let snapshot = rt
+        .block_on(memory.store.snapshot(&memory.unit.name))
+        .unwrap();
+
+    // The hook must be the seed's: it succeeds and, as leader, sets the pod spec.
+    let run = discourse.run_hook(
+        snapshot.clone(),
+        Some(memory.unit.fence.clone()),
+        None,
+        &memory.unit.event,
+    );
+    assert_eq!(run.outcome, HookOutcome::Succeeded, "{}", run.output);
+    assert!(run.changes.pod_spec.is_some(), "discourse set no pod spec");
+    assert!(common::full_hook(
+        &rt,
+        memory.store.as_ref(),
+        &discourse,
+        &memory.unit
+    ));
+    let fence = Some(memory.unit.fence.clone());
+
+    let run_discourse = || {
+        black_box(discourse.run_hook(snapshot.clone(), fence.clone(), None, &memory.unit.event));
+    };
+    let run_empty = || {
+        black_box(empty.run_hook(empty_snapshot(), None, None, &Event::Install));
+    };
+    let is_leader = |calls: u32| {
+        let event = is_leader_event(calls);
+        let (empty, fence) = (&empty, &fence);
+        move || {
+            black_box(empty.run_hook(empty_snapshot(), fence.clone(), None, &event));
+        }
+    };
+
+    if let Ok(case) = std::env::var("HOOK_BENCH_PROFILE") {
+        let mut f: Box<dyn FnMut()> = match case.as_str() {
+            "floor" => Box::new(|| floor.hook()),
+            "instantiate/discourse" => Box::new(|| floor_discourse.instantiate()),
+            "run_hook/empty" => Box::new(run_empty),
+            "run_hook/discourse" => Box::new(run_discourse),
+            "full_hook/memory" => Box::new(|| {
+                common::full_hook(&rt, memory.store.as_ref(), &discourse, &memory.unit);
+            }),
+            "is_leader" => Box::new(is_leader(IS_LEADER_CALLS)),
+            other => panic!("no case {other}"),
+        };
+        for _ in 0..2_000 {
+            f();
+        }
+        return;
+    }
+    let mut results = serde_json::Map::new();
+    let mut cases: Vec<(&str, Box<dyn FnMut() + '_>)> = vec![
+        (
+            "floor (wasmtime: instantiate empty + call)",
+            Box::new(|| floor.hook()),
+        ),
+        ("instantiate/empty", Box::new(|| floor.instantiate())),
+        (
+            "instantiate/discourse",
+            Box::new(|| floor_discourse.instantiate()),
+        ),
+        ("run_hook/empty", Box::new(run_empty)),
+        ("run_hook/discourse", Box::new(run_discourse)),
+        (
+            "full_hook/memory",
+            Box::new(|| {
+                common::full_hook(&rt, memory.store.as_ref(), &discourse, &memory.unit);
+            }),
+        ),
+        (
+            "full_hook/sqlite",
+            Box::new(|| {
+                common::full_hook(&rt, sqlite.store.as_ref(), &discourse, &sqlite.unit);
+            }),
+        ),
+    ];
+    let rows = time_interleaved(&mut cases);
+    let floor_t = rows[0].1;
+    println!(
+        "{SAMPLES} runs each, timed one by one in {ROUNDS} interleaved rounds; ratio = p50 / floor p50"
+    );
+    println!(
+        "{:<44} {:>10} {:>10} {:>7}",
+        "case", "p50 µs", "p99 µs", "ratio"
+    );
+    for (name, (p50, p99)) in &rows {
+        let key = name.split(' ').next().unwrap_or(name);
+        results.insert(
+            key.into(),
+            serde_json::json!({"p50_us": micros(*p50), "p99_us": micros(*p99)}),
+        );
+        println!(
+            "{name:<44} {:>10.2} {:>10.2} {:>6.2}x",
+            micros(*p50),
+            micros(*p99),
+            p50.as_secs_f64() / floor_t.0.as_secs_f64()
+        );
+    }
+    let (with_calls, _) = time(is_leader(IS_LEADER_CALLS));
+    let (without, _) = time(is_leader(0));
+    let per_call =
+        with_calls.saturating_sub(without).as_secs_f64() * 1e9 / f64::from(IS_LEADER_CALLS);
+    results.insert(
+        "is_leader".into(),
+        serde_json::json!({"ns_per_call": per_call}),
+    );
+    println!(
+        "{:<44} {:>10.1} ns per call ({IS_LEADER_CALLS} calls in one hook: p50 {:.1} µs, none: {:.1} µs)",
+        "is_leader",
+        per_call,
+        micros(with_calls),
+        micros(without),
+    );
+
+    // Loading: compiling discourse every time, against reading it from a warm cache.
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cached = common::runtime(Some(cache_dir.path().to_owned()));
+    let wasm = std::fs::read(&guests.discourse).unwrap();
+    let load = |runtime: &CharmRuntime, expect: LoadedFrom| {
+        let charm = runtime.load(&guests.discourse, &wasm).unwrap();
+        assert_eq!(charm.loaded_from(), expect);
+        black_box(charm);
+    };
+    load(&cached, LoadedFrom::Compiled);
+    let loads = |runtime: &CharmRuntime, expect, n| {
+        let mut times: Vec<Duration> = (0..n)
+            .map(|_| {
+                let start = Instant::now();
+                load(runtime, expect);
+                start.elapsed()
+            })
+            .collect();
+        percentiles(&mut times)
+    };
+    let (compile, _) = loads(&runtime, LoadedFrom::Compiled, 20);
+    let (from_cache, _) = loads(&cached, LoadedFrom::Cache, 200);
+    println!(
+        "{:<44} {:>10.2} ms from cache, {:.2} ms compiling ({:.0}x)",
+        "load discourse (p50)",
+        from_cache.as_secs_f64() * 1e3,
+        compile.as_secs_f64() * 1e3,
+        compile.as_secs_f64() / from_cache.as_secs_f64()
+    );
+    results.insert(
+        "load".into(),
+        serde_json::json!({
+            "cache_ms": from_cache.as_secs_f64() * 1e3,
+            "compile_ms": compile.as_secs_f64() * 1e3,
+        }),
+    );
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-results");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(
+        out.join("hook.json"),
+        serde_json::to_string_pretty(&results).unwrap(),
+    )
+    .unwrap();
+    if std::env::var_os("HOOK_BENCH_PLAIN_ONLY").is_some_and(|v| v == "1") {
+        return;
+    }
+
+    let mut c = Criterion::default().configure_from_args();
+    {
+        let mut group = c.benchmark_group("hook");
+        group.bench_function("floor", |b| b.iter(|| floor.hook()));
+        group.bench_function("instantiate/empty", |b| b.iter(|| floor.instantiate()));
+        group.bench_function("instantiate/discourse", |b| {
+            b.iter(|| floor_discourse.instantiate())
+        });
+        group.bench_function("run_hook/empty", |b| b.iter(run_empty));
+        group.bench_function("run_hook/discourse", |b| b.iter(run_discourse));
+        group.bench_function("full_hook/memory", |b| {
+            b.iter(|| common::full_hook(&rt, memory.store.as_ref(), &discourse, &memory.unit))
+        });
+        group.bench_function("full_hook/sqlite", |b| {
+            b.iter(|| common::full_hook(&rt, sqlite.store.as_ref(), &discourse, &sqlite.unit))
+        });
+        group.bench_function("is_leader_x10000", |b| b.iter(is_leader(IS_LEADER_CALLS)));
+        group.finish();
+    }
+    {
+        let mut group = c.benchmark_group("load");
+        group.sample_size(10);
+        group.bench_function("compile", |b| {
+            b.iter(|| load(&runtime, LoadedFrom::Compiled))
+        });
+        group.bench_function("cache", |b| b.iter(|| load(&cached, LoadedFrom::Cache)));
+        group.finish();
+    }
+    c.final_summary();
+}

@@ -1,0 +1,82 @@
+//! Hooks per second: 100,000 full hooks across 1,000 units, on one and on two threads.
+//!
+//! Each unit is the only unit of its own discourse application (so every hook runs as
+//! leader and sets a pod spec), related to its own PostgreSQL. A full hook is what a unit's
+//! agent does: the snapshot read from the store, discourse's `db-relation-changed` in a
+//! fresh instance, the fenced commit. The units are split between the threads; each thread
+//! runs its units' hooks round-robin, one hook per unit at a time, as agents do. The
+//! agents' scheduling (tokio tasks, queues in the store) is not part of it; the
+//! `idle_units` bench reports hooks per second through the agents.
+//!
+//! `cargo bench -p charm-host --bench throughput`
+
+mod common;
+
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use charm_host::charm::Charm;
+use charm_host::store::{MemoryStore, SqliteStore, Store};
+
+const UNITS: usize = 1_000;
+const HOOKS: usize = 100_000;
+
+/// Runs `HOOKS` hooks on `threads` threads; returns the wall-clock time they took.
+fn run(store: &dyn Store, charm: &Charm, units: &[common::Unit], threads: usize) -> Duration {
+    let start = Barrier::new(threads + 1);
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let start = &start;
+            scope.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                let mine: Vec<&common::Unit> = units.iter().skip(t).step_by(threads).collect();
+                start.wait();
+                for _ in 0..HOOKS / UNITS {
+                    for unit in &mine {
+                        assert!(common::full_hook(&rt, store, charm, unit));
+                    }
+                }
+            });
+        }
+        start.wait();
+        let began = Instant::now();
+        // The scope joins the threads before returning.
+        began
+    })
+    .elapsed()
+}
+
+fn main() {
+    let guests = common::guests();
+    let runtime = common::runtime(None);
+    let discourse = common::load(&runtime, &guests.discourse);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    println!(
+        "{HOOKS} full hooks (snapshot, db-relation-changed as leader, fenced commit) across {UNITS} units; {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "{:<8} {:>8} {:>10} {:>12}",
+        "store", "threads", "seconds", "hooks/s"
+    );
+    for store_kind in ["memory", "sqlite"] {
+        for threads in [1, 2] {
+            let dir = tempfile::tempdir().unwrap();
+            let store: Box<dyn Store> = match store_kind {
+                "memory" => Box::new(MemoryStore::new("bench")),
+                _ => Box::new(SqliteStore::open(&dir.path().join("bench.db"), "bench").unwrap()),
+            };
+            let units = rt.block_on(common::deploy(store.as_ref(), discourse.metadata(), UNITS));
+            let took = run(store.as_ref(), &discourse, &units, threads);
+            println!(
+                "{store_kind:<8} {threads:>8} {:>10.2} {:>12.0}",
+                took.as_secs_f64(),
+                HOOKS as f64 / took.as_secs_f64()
+            );
+        }
+    }
+}
