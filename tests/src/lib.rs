@@ -12,6 +12,7 @@ use charm_host::leadership::LeadershipConfig;
 use charm_host::model::ConfigValue;
 use charm_host::store::{MemoryStore, Store};
 
+pub mod etcd_server;
 mod wasm_context;
 
 pub use wasm_context::WasmContext;
