@@ -289,7 +289,7 @@ fn a_deferred_event_runs_again_first_until_it_is_not_deferred() {
     assert_eq!(out.state.deferred(), [Event::ConfigChanged]);
 
     let related = out.state.relation(db());
-    let out = run(body, db_changed(), related);
+    let out = run(body, db().changed(Some("postgresql/0")), related);
     assert!(out.state.deferred().is_empty());
     let seen: Vec<String> = out.state.stored_value("seen").unwrap();
     assert_eq!(
@@ -393,4 +393,25 @@ fn sdk_errors_read_well() {
         "relation 4 not found"
     );
     assert_eq!(ConfigValue::from(true), ConfigValue::Boolean(true));
+}
+
+#[test]
+fn events_built_from_a_peer_relation_name_this_application() {
+    let peers = Relation::peer(2, "cluster").remote_unit("scripted/1", [("a", "b")]);
+    let out = run(
+        |model, event| {
+            let rel = event.relation().expect("a relation event");
+            record(model, "remote-app", &rel.remote_app)?;
+            record(
+                model,
+                "seen-app",
+                model.relation_by_id(rel.id)?.remote_app(),
+            )?;
+            Ok(())
+        },
+        peers.joined("scripted/1"),
+        State::default().relation(peers),
+    );
+    assert_eq!(recorded(&out, "remote-app"), r#""scripted""#);
+    assert_eq!(recorded(&out, "seen-app"), r#""scripted""#);
 }

@@ -355,7 +355,8 @@ impl<C: Charm> Context<C> {
     /// assert_eq!(out.outcome, Outcome::StoreUnavailable);
     /// assert!(out.state.leader_data.is_empty());
     /// ```
-    pub fn run_with(&self, event: Event, state: State, faults: &Faults) -> Output {
+    pub fn run_with(&self, mut event: Event, state: State, faults: &Faults) -> Output {
+        fill_peer_app(&mut event, &state, app_of(&self.unit));
         if let Err(why) = self.check(&event, &state) {
             panic!("inconsistent test state for {}: {why}", self.metadata.name);
         }
@@ -480,6 +481,22 @@ impl<C: Charm> Context<C> {
 impl<C: Charm> HookRunner for Context<C> {
     fn run_with(&self, event: Event, state: State, faults: &Faults) -> Output {
         Context::run_with(self, event, state, faults)
+    }
+}
+
+/// A peer relation's events name this application on the other side, as the host's do;
+/// [`Relation::changed`] and its siblings cannot know the application's name.
+fn fill_peer_app(event: &mut Event, state: &State, app: &str) {
+    let rel = match event {
+        Event::RelationCreated(r)
+        | Event::RelationJoined(r)
+        | Event::RelationChanged(r)
+        | Event::RelationDeparted(r)
+        | Event::RelationBroken(r) => r,
+        _ => return,
+    };
+    if rel.remote_app.is_empty() && state.relation_by_id(rel.id).is_some_and(|r| r.peer) {
+        rel.remote_app = app.to_string();
     }
 }
 

@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 
 use crate::__private::DEFERRED_KEY;
 use crate::pod::{K8sResources, PodSpec};
-use crate::{ConfigValue, Event, Status};
+use crate::{ConfigValue, Event, RelationEvent, Status};
 
 /// A data bag: a relation's unit or application settings, leader data, stored state.
 ///
@@ -321,6 +321,71 @@ impl Relation {
     ) -> Self {
         self.local_app_data.extend(bag(data));
         self
+    }
+}
+
+impl Relation {
+    /// The relation's side of an event about it, as Juju would send it to this unit.
+    fn event(&self, remote_unit: Option<&str>) -> RelationEvent {
+        RelationEvent {
+            id: self.id,
+            name: self.endpoint.clone(),
+            // Empty for peers: `Context` fills in the application, as the host names it.
+            remote_app: self.remote_app.clone(),
+            remote_unit: remote_unit.map(str::to_string),
+        }
+    }
+
+    /// `<endpoint>-relation-created` for this relation (Scenario's `ctx.on.relation_created`).
+    ///
+    /// ```
+    /// let db = charm_sdk::testing::Relation::new(1, "db", "postgresql");
+    /// assert_eq!(db.created().hook_name(), "db-relation-created");
+    /// ```
+    pub fn created(&self) -> Event {
+        Event::RelationCreated(self.event(None))
+    }
+
+    /// `<endpoint>-relation-joined` for `remote_unit` of this relation.
+    ///
+    /// ```
+    /// let db = charm_sdk::testing::Relation::new(1, "db", "postgresql");
+    /// let joined = db.joined("postgresql/0");
+    /// assert_eq!(joined.relation().unwrap().remote_unit.as_deref(), Some("postgresql/0"));
+    /// ```
+    pub fn joined(&self, remote_unit: &str) -> Event {
+        Event::RelationJoined(self.event(Some(remote_unit)))
+    }
+
+    /// `<endpoint>-relation-changed` for `remote_unit`'s bag, or for the remote
+    /// application's bag with `None`.
+    ///
+    /// ```
+    /// let db = charm_sdk::testing::Relation::new(1, "db", "postgresql");
+    /// assert_eq!(db.changed(None).hook_name(), "db-relation-changed");
+    /// ```
+    pub fn changed(&self, remote_unit: Option<&str>) -> Event {
+        Event::RelationChanged(self.event(remote_unit))
+    }
+
+    /// `<endpoint>-relation-departed` for `remote_unit`. Arrange the state without it.
+    ///
+    /// ```
+    /// let db = charm_sdk::testing::Relation::new(1, "db", "postgresql");
+    /// assert_eq!(db.departed("postgresql/1").hook_name(), "db-relation-departed");
+    /// ```
+    pub fn departed(&self, remote_unit: &str) -> Event {
+        Event::RelationDeparted(self.event(Some(remote_unit)))
+    }
+
+    /// `<endpoint>-relation-broken` for this relation.
+    ///
+    /// ```
+    /// let db = charm_sdk::testing::Relation::new(1, "db", "postgresql");
+    /// assert_eq!(db.broken().hook_name(), "db-relation-broken");
+    /// ```
+    pub fn broken(&self) -> Event {
+        Event::RelationBroken(self.event(None))
     }
 }
 
