@@ -134,8 +134,9 @@ impl HookRunner for WasmContext {
     ///   outage covers the whole hook);
     /// - `lease_lost_after` and `commit_unavailable`: the commit is refused as the store
     ///   would refuse it (the store's own fence check is covered by its contract tests).
-    fn run_with(&self, event: Event, state: State, faults: &Faults) -> Output {
+    fn run_with(&self, mut event: Event, state: State, faults: &Faults) -> Output {
         let app = app_of(&self.unit).to_string();
+        fill_peer_app(&mut event, &state, &app);
         let fence = state.leader.then(|| Fence {
             app,
             holder: self.unit.clone(),
@@ -203,6 +204,22 @@ impl HookRunner for WasmContext {
             is_leader_answers: Vec::new(),
             leadership_refusals: run.leadership_refusals,
         }
+    }
+}
+
+/// As `charm_sdk::testing::Context` does: an event built from a peer `Relation` names this
+/// application on the other side, as the host's own events do.
+fn fill_peer_app(event: &mut Event, state: &State, app: &str) {
+    let rel = match event {
+        Event::RelationCreated(r)
+        | Event::RelationJoined(r)
+        | Event::RelationChanged(r)
+        | Event::RelationDeparted(r)
+        | Event::RelationBroken(r) => r,
+        _ => return,
+    };
+    if rel.remote_app.is_empty() && state.relation_by_id(rel.id).is_some_and(|r| r.peer) {
+        rel.remote_app = app.to_string();
     }
 }
 
