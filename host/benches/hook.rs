@@ -272,6 +272,30 @@ fn main() {
             }),
         ),
     ];
+    // The host's side of `set-pod-spec`: parsing and validating the spec the charm sent.
+    let spec = r#"{"version":3,"containers":[{"name":"discourse","imageDetails":{"imagePath":"discourse/discourse:2.6"},"ports":[{"name":"http","containerPort":3000,"protocol":"TCP"}],"envConfig":{"DISCOURSE_DB":"host=postgresql-0.postgresql-endpoints port=5432 dbname=discourse user=discourse password=secret","DISCOURSE_HOSTNAME":"discourse.local"}}]}"#;
+    cases.push((
+        "podspec::validate (host side of set_pod_spec)",
+        Box::new(move || {
+            black_box(charm_host::podspec::validate(spec, None).unwrap());
+        }),
+    ));
+    cases.push((
+        "store snapshot + commit (memory)",
+        Box::new(|| {
+            let s = rt
+                .block_on(memory.store.snapshot(&memory.unit.name))
+                .unwrap();
+            black_box(&s);
+            rt.block_on(memory.store.commit(
+                &memory.unit.name,
+                None,
+                &run.changes,
+                Some(&memory.unit.fence),
+            ))
+            .unwrap();
+        }),
+    ));
     let rows = time_interleaved(&mut cases);
     let floor_t = rows[0].1;
     println!(
