@@ -312,21 +312,44 @@ impl Controller {
         }
         let (tx, inbox) = mpsc::unbounded_channel();
         // The mailbox first, so no hook queued from now on is missed; one also loaded
-        // below is dropped by the agent as a duplicate.
-        self.shared
-            .mailboxes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(unit.to_string(), tx);
-        let queue: VecDeque<_> = self
-            .shared
-            .store
-            .queued(unit)
-            .await?
-            .into_iter()
-            .map(Into::into)
-            .collect();
-        let elected_term = self.shared.store.snapshot(unit).await?.elected_term;
+        // below is dropped by the agent as a duplicate. A unit with a mailbox has its agent
+        // already (a deployment resumed after the store failed half-way).
+        {
+            let mut mailboxes = self
+                .shared
+                .mailboxes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if mailboxes.contains_key(unit) {
+                return Ok(());
+            }
+            mailboxes.insert(unit.to_string(), tx);
+        }
+        let loaded = async {
+            let queue: VecDeque<crate::agent::QueueEntry> = self
+                .shared
+                .store
+                .queued(unit)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect();
+            let elected_term = self.shared.store.snapshot(unit).await?.elected_term;
+            Ok::<_, StoreError>((queue, elected_term))
+        }
+        .await;
+        let (queue, elected_term) = match loaded {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                // No agent: let a retry start it.
+                self.shared
+                    .mailboxes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(unit);
+                return Err(e);
+            }
+        };
         self.shared.pending.add(queue.len());
         let lease_store: Arc<dyn crate::store::LeaseStore> = self.shared.store.clone();
         let seed = self.seed ^ fnv1a(unit);

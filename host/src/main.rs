@@ -10,12 +10,12 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
-use charm_host::bundle::Bundle;
+use charm_host::bundle::{Bundle, BundleError};
 use charm_host::charm::{CharmRuntime, RuntimeConfig};
-use charm_host::controller::{Controller, ControllerConfig};
+use charm_host::controller::{Controller, ControllerConfig, ControllerError};
 use charm_host::leadership::LeadershipConfig;
 use charm_host::model::CharmMetadata;
-use charm_host::store::{MemoryStore, ModelStatus, SqliteStore, Store};
+use charm_host::store::{MemoryStore, ModelStatus, SqliteStore, Store, StoreError};
 
 /// Writes to stdout; a reader that went away (`| head`) ends the program quietly.
 macro_rules! out {
@@ -189,8 +189,12 @@ fn main() -> Result<()> {
         Command::PodSpec { app, store, format } => {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async {
-                print_pod_spec(&open_store(&store, false, REQUEST_TIMEOUT).await?, &app, format)
-                    .await
+                print_pod_spec(
+                    &open_store(&store, false, REQUEST_TIMEOUT).await?,
+                    &app,
+                    format,
+                )
+                .await
             })
         }
         Command::Sim(SimCommand::Leadership {
@@ -403,11 +407,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Opens the store `spec` names; `create` makes a missing SQLite file (and its directory).
 /// An etcd request that takes longer than `request_timeout` fails as unavailable.
-async fn open_store(
-    spec: &str,
-    create: bool,
-    request_timeout: Duration,
-) -> Result<Arc<dyn Store>> {
+async fn open_store(spec: &str, create: bool, request_timeout: Duration) -> Result<Arc<dyn Store>> {
     if spec == "memory" {
         return Ok(Arc::new(MemoryStore::new("default")));
     }
@@ -486,12 +486,21 @@ async fn run(
     let poll_interval = store
         .starts_with("sqlite:")
         .then(|| Duration::from_millis(500));
-    let store = open_store(store, true, leadership.request_timeout).await?;
     let runtime_config = RuntimeConfig::default();
     let margin = runtime_config.guarantee_margin;
     let runtime = CharmRuntime::new(runtime_config).map_err(anyhow::Error::from)?;
     // Everything is checked before anything is deployed.
     let bundle = Bundle::load(&bundle_path, &runtime)?;
+    // A store that cannot be reached yet (etcd restarting, say) is waited for: the host
+    // comes up with it rather than exit. With --until-idle, for --timeout at most.
+    let mut waiting = StoreWait::new(until_idle.then_some(timeout));
+    let request_timeout = leadership.request_timeout;
+    let store = loop {
+        match open_store(store, true, request_timeout).await {
+            Ok(store) => break store,
+            Err(e) => waiting.retry(e).await?,
+        }
+    };
     let config = ControllerConfig {
         leadership,
         hosted_units: (!units.is_empty()).then_some(units),
@@ -499,7 +508,10 @@ async fn run(
         ..Default::default()
     };
     let controller = Controller::new(store.clone(), margin, config)?;
-    bundle.deploy(&controller).await?;
+    // Deploying again resumes what an interrupted attempt did.
+    while let Err(e) = bundle.deploy(&controller).await {
+        waiting.retry(e.into()).await?;
+    }
     let progress = std::io::stderr().is_terminal();
     if until_idle {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -532,6 +544,52 @@ async fn run(
     }
     controller.shutdown();
     print_status(&store, format).await
+}
+
+/// Retries while the store is unavailable, with a growing pause, until an optional limit.
+struct StoreWait {
+    started: tokio::time::Instant,
+    limit: Option<Duration>,
+    pause: Duration,
+}
+
+impl StoreWait {
+    fn new(limit: Option<Duration>) -> Self {
+        StoreWait {
+            started: tokio::time::Instant::now(),
+            limit,
+            pause: Duration::from_millis(250),
+        }
+    }
+
+    /// Returns after a pause if `error` is the store being unavailable and time is left;
+    /// returns `error` otherwise.
+    async fn retry(&mut self, error: anyhow::Error) -> Result<()> {
+        let unavailable = error.chain().any(|cause| {
+            matches!(
+                cause.downcast_ref::<StoreError>(),
+                Some(StoreError::Unavailable(_))
+            ) || matches!(
+                cause.downcast_ref::<ControllerError>(),
+                Some(ControllerError::Store(StoreError::Unavailable(_)))
+            ) || matches!(
+                cause.downcast_ref::<BundleError>(),
+                Some(BundleError::Deploy(ControllerError::Store(
+                    StoreError::Unavailable(_)
+                )))
+            )
+        });
+        let out_of_time = self
+            .limit
+            .is_some_and(|limit| self.started.elapsed() + self.pause > limit);
+        if !unavailable || out_of_time {
+            return Err(error);
+        }
+        tracing::warn!("{error:#}; retrying in {:?}", self.pause);
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(Duration::from_secs(5));
+        Ok(())
+    }
 }
 
 async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {

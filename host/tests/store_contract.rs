@@ -245,10 +245,7 @@ async fn first_claim_gets_a_term(store: &dyn Store) {
     assert_eq!((lease.holder.as_str(), lease.duration), ("web/0", LONG));
     assert!(lease.term >= 1, "terms start above zero: {lease:?}");
     let leader = store.leader("web").await.unwrap().expect("a live lease");
-    assert_eq!(
-        (leader.holder.as_str(), leader.term),
-        ("web/0", lease.term)
-    );
+    assert_eq!((leader.holder.as_str(), leader.term), ("web/0", lease.term));
     assert!(
         leader.duration <= LONG && leader.duration > LONG - Duration::from_secs(5),
         "{leader:?}"
@@ -942,7 +939,13 @@ async fn status_rows_show_leaders_and_hook_errors(store: &dyn Store) {
         [
             ("db", "charms/db.wasm", None, None, None),
             ("other", "charms/other.wasm", None, None, None),
-            ("web", "charms/web.wasm", Some("web/1"), Some(fence.term), Some(1)),
+            (
+                "web",
+                "charms/web.wasm",
+                Some("web/1"),
+                Some(fence.term),
+                Some(1)
+            ),
         ]
     );
     assert_eq!(
@@ -1719,7 +1722,13 @@ mod etcd_only {
         let many = EtcdConfig::parse("etcd://a:1,b:2,c:3/models/prod/").unwrap();
         assert_eq!(many.endpoints, ["a:1", "b:2", "c:3"]);
         assert_eq!(many.prefix, "models/prod");
-        for bad in ["etcd://", "etcd://host", "etcd://host:port", "sqlite:x", "etcd://:1"] {
+        for bad in [
+            "etcd://",
+            "etcd://host",
+            "etcd://host:port",
+            "sqlite:x",
+            "etcd://:1",
+        ] {
             let err = EtcdConfig::parse(bad).unwrap_err().to_string();
             assert!(err.contains(bad), "{bad}: {err}");
         }
@@ -1777,7 +1786,10 @@ mod etcd_only {
             .commit("web/0", None, &Changes::default(), Some(&fence))
             .await;
         server.resume();
-        assert!(matches!(claim, Err(LeaseError::Unavailable(_))), "{claim:?}");
+        assert!(
+            matches!(claim, Err(LeaseError::Unavailable(_))),
+            "{claim:?}"
+        );
         assert!(
             matches!(commit, Err(CommitError::Store(StoreError::Unavailable(_)))),
             "{commit:?}"
@@ -1808,7 +1820,10 @@ mod etcd_only {
         // b's agent for db/0 waits on its signal; a's commit of web/0's bag queues
         // relation-changed on db/0, and the watch wakes b.
         drain(a.as_ref(), &ALL_UNITS).await;
-        let signal = b.clone().queue_signal("db/0").expect("etcd pushes queue changes");
+        let signal = b
+            .clone()
+            .queue_signal("db/0")
+            .expect("etcd pushes queue changes");
         // The watch starts in the background; let it settle, then consume its first wake-up.
         tokio::time::timeout(Duration::from_secs(5), signal.notified())
             .await
@@ -1822,7 +1837,10 @@ mod etcd_only {
         tokio::time::timeout(Duration::from_secs(5), signal.notified())
             .await
             .expect("db/0's agent is woken by a's commit");
-        assert_eq!(b.queued("db/0").await.unwrap(), a.queued("db/0").await.unwrap());
+        assert_eq!(
+            b.queued("db/0").await.unwrap(),
+            a.queued("db/0").await.unwrap()
+        );
     }
 }
 

@@ -53,7 +53,10 @@ impl EtcdServer {
             .expect("etcd's log file");
         let child = Command::new(etcd_binary())
             .arg("--name=test")
-            .arg(format!("--data-dir={}", self.dir.path().join("data").display()))
+            .arg(format!(
+                "--data-dir={}",
+                self.dir.path().join("data").display()
+            ))
             .arg(format!("--listen-client-urls={client}"))
             .arg(format!("--advertise-client-urls={client}"))
             .arg(format!("--listen-peer-urls={peer}"))
@@ -81,7 +84,11 @@ impl EtcdServer {
             if self.healthy() {
                 return;
             }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 panic!("etcd exited with {status}: {}", self.log());
             }
             assert!(

@@ -41,8 +41,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, LeaseKeeper,
-    LeaseKeepAliveStream, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue,
+    LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -297,10 +297,7 @@ impl EtcdStore {
         let client = Client::connect(&config.endpoints, Some(options))
             .await
             .map_err(|e| {
-                StoreError::Unavailable(format!(
-                    "etcd at {}: {e}",
-                    config.endpoints.join(",")
-                ))
+                StoreError::Unavailable(format!("etcd at {}: {e}", config.endpoints.join(",")))
             })?;
         let store = EtcdStore {
             model: model.to_string(),
@@ -367,11 +364,7 @@ impl EtcdStore {
             model: self.model.clone(),
         };
         let txn = Txn::new()
-            .when([Compare::create_revision(
-                key.as_str(),
-                CompareOp::Equal,
-                0,
-            )])
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.as_str(), encode(&mine), None)])
             .or_else([TxnOp::get(key.as_str(), None)]);
         let resp = self
@@ -384,7 +377,9 @@ impl EtcdStore {
             return Ok(());
         }
         let Some(TxnOpResponse::Get(get)) = resp.op_responses().into_iter().next() else {
-            return Err(StoreError::Unavailable("etcd: empty transaction answer".into()));
+            return Err(StoreError::Unavailable(
+                "etcd: empty transaction answer".into(),
+            ));
         };
         let Some(kv) = get.kvs().first() else {
             return Err(StoreError::Unavailable(
@@ -898,7 +893,10 @@ impl StateStore for EtcdStore {
                 doc.next_unit += 1;
                 doc.units.push(name.clone());
                 let mut queues = BTreeMap::from([(name.clone(), Vec::new())]);
-                let hooks = deploy_hooks().into_iter().map(|h| (name.clone(), h)).collect();
+                let hooks = deploy_hooks()
+                    .into_iter()
+                    .map(|h| (name.clone(), h))
+                    .collect();
                 enqueue_into(&mut queues, hooks, seen.revision);
                 let unit_key = self.unit_key(&name);
                 let queue_key = self.queue_key(&name);
@@ -1201,7 +1199,10 @@ impl StateStore for EtcdStore {
                 }
                 doc.hook_error = error.clone();
                 let put = TxnOp::put(key.as_str(), encode(&doc), None);
-                if self.write(vec![unchanged(&key, Some(kv))], vec![put]).await? {
+                if self
+                    .write(vec![unchanged(&key, Some(kv))], vec![put])
+                    .await?
+                {
                     return Ok(());
                 }
             }
@@ -1402,7 +1403,10 @@ impl EtcdStore {
         let mut ops = Vec::new();
         let mut receipt = CommitReceipt::default();
         if !bag_keys.is_empty() {
-            let reads: Vec<Read> = bag_keys.iter().map(|(_, _, k)| Read::Key(k.clone())).collect();
+            let reads: Vec<Read> = bag_keys
+                .iter()
+                .map(|(_, _, k)| Read::Key(k.clone()))
+                .collect();
             let bags = self.read(&reads, Some(seen.revision)).await?;
             for (i, (id, is_app, key)) in bag_keys.iter().enumerate() {
                 compares.push(unchanged(key, bags.one(i)));
