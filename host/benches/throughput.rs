@@ -8,6 +8,10 @@
 //! agents' scheduling (tokio tasks, queues in the store) is not part of it; the
 //! `idle_units` bench reports hooks per second through the agents.
 //!
+//! Before the runs it times the three parts of a hook (snapshot, hook, commit) one by one
+//! on the memory store with all 1,000 units deployed, to show where the time goes;
+//! `THROUGHPUT_SPLIT_ONLY=1` stops after that.
+//!
 //! `cargo bench -p charm-host --bench throughput`
 
 mod common;
@@ -48,6 +52,32 @@ fn run(store: &dyn Store, charm: &Charm, units: &[common::Unit], threads: usize)
     .elapsed()
 }
 
+/// p50 of each part of a full hook, over one hook per unit, on the memory store.
+fn split(rt: &tokio::runtime::Runtime, charm: &Charm) {
+    let store: Box<dyn Store> = Box::new(MemoryStore::new("bench"));
+    let units = rt.block_on(common::deploy(store.as_ref(), charm.metadata(), UNITS));
+    let (mut snapshots, mut hooks, mut commits) = (Vec::new(), Vec::new(), Vec::new());
+    for unit in &units {
+        let start = Instant::now();
+        let snapshot = rt.block_on(store.snapshot(&unit.name)).unwrap();
+        snapshots.push(start.elapsed());
+        let start = Instant::now();
+        let run = charm.run_hook(snapshot, Some(unit.fence.clone()), None, &unit.event);
+        hooks.push(start.elapsed());
+        let start = Instant::now();
+        rt.block_on(store.commit(&unit.name, None, &run.changes, Some(&unit.fence)))
+            .unwrap();
+        commits.push(start.elapsed());
+    }
+    let p50 = |t: &mut Vec<Duration>| common::micros(common::percentiles(t).0);
+    println!(
+        "memory store, {UNITS} units: p50 snapshot {:.1} µs, hook {:.1} µs, commit {:.1} µs",
+        p50(&mut snapshots),
+        p50(&mut hooks),
+        p50(&mut commits)
+    );
+}
+
 fn main() {
     let guests = common::guests();
     let runtime = common::runtime(None);
@@ -59,6 +89,10 @@ fn main() {
         "{HOOKS} full hooks (snapshot, db-relation-changed as leader, fenced commit) across {UNITS} units; {} cores",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    split(&rt, &discourse);
+    if std::env::var_os("THROUGHPUT_SPLIT_ONLY").is_some_and(|v| v == "1") {
+        return;
+    }
     println!(
         "{:<8} {:>8} {:>10} {:>12}",
         "store", "threads", "seconds", "hooks/s"
