@@ -269,7 +269,48 @@ impl Controller {
             self.start_agent(&unit, executor.clone()).await?;
             names.push(unit);
         }
+        self.ensure_peer_relations(&record).await?;
         Ok(names)
+    }
+
+    /// Establishes the application's peer relations, as Juju does when it deploys one: a
+    /// relation per `peers` endpoint, which queues relation-created on every unit and
+    /// relation-joined and -changed between them. Ones the store has already are kept.
+    async fn ensure_peer_relations(&self, app: &ApplicationRecord) -> Result<(), ControllerError> {
+        let peers = app
+            .metadata
+            .relations
+            .iter()
+            .filter(|e| e.role == RelationRole::Peers);
+        let mut existing = None;
+        for endpoint in peers {
+            let side = RelationEndpoint {
+                app: app.name.clone(),
+                endpoint: endpoint.name.clone(),
+            };
+            let relations = match &existing {
+                Some(relations) => relations,
+                None => existing.insert(self.shared.store.relations().await?),
+            };
+            if relations
+                .iter()
+                .any(|r| r.endpoints.as_slice() == std::slice::from_ref(&side))
+            {
+                continue;
+            }
+            match self
+                .shared
+                .store
+                .add_relation(&endpoint.interface, vec![side])
+                .await
+            {
+                Ok((_, queued)) => self.shared.notify(queued),
+                // Another host sharing the store related it first.
+                Err(StoreError::AlreadyExists(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Starts the agents of an application the store already has: nothing is deployed
@@ -293,6 +334,7 @@ impl Controller {
         for unit in &units {
             self.start_agent(unit, executor.clone()).await?;
         }
+        self.ensure_peer_relations(&app).await?;
         Ok(units)
     }
 

@@ -559,26 +559,21 @@ impl EtcdStore {
                         continue;
                     }
                 };
-                loop {
-                    match stream.message().await {
-                        Ok(Some(resp)) => {
-                            let Some(store) = weak.upgrade() else { return };
-                            for event in resp.events() {
-                                if event.event_type() != EventType::Put {
-                                    continue;
-                                }
-                                let Some(kv) = event.kv() else { continue };
-                                let key = String::from_utf8_lossy(kv.key());
-                                if let Some(unit) = key.strip_prefix(prefix.as_str()) {
-                                    let signals =
-                                        store.signals.lock().unwrap_or_else(|e| e.into_inner());
-                                    if let Some(signal) = signals.get(unit) {
-                                        signal.notify_one();
-                                    }
-                                }
+                // A broken or cancelled watch ends the stream: start another.
+                while let Ok(Some(resp)) = stream.message().await {
+                    let Some(store) = weak.upgrade() else { return };
+                    for event in resp.events() {
+                        if event.event_type() != EventType::Put {
+                            continue;
+                        }
+                        let Some(kv) = event.kv() else { continue };
+                        let key = String::from_utf8_lossy(kv.key());
+                        if let Some(unit) = key.strip_prefix(prefix.as_str()) {
+                            let signals = store.signals.lock().unwrap_or_else(|e| e.into_inner());
+                            if let Some(signal) = signals.get(unit) {
+                                signal.notify_one();
                             }
                         }
-                        Ok(None) | Err(_) => break,
                     }
                 }
                 if weak.strong_count() == 0 {
