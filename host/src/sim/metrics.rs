@@ -47,6 +47,9 @@ struct Inner {
 pub(crate) struct Metrics {
     start: Instant,
     guarantee: Duration,
+    /// Outages closer together than this are one for I5: a holder may make no claim in so
+    /// short a gap (its retry period, plus the time a claim may take).
+    bridge: Duration,
     plan: FaultPlan,
     inner: Mutex<Inner>,
 }
@@ -55,12 +58,13 @@ impl Metrics {
     pub(crate) fn new(
         start: Instant,
         units: Vec<String>,
-        guarantee: Duration,
+        leadership: &crate::leadership::LeadershipConfig,
         plan: FaultPlan,
     ) -> Self {
         Metrics {
             start,
-            guarantee,
+            guarantee: leadership.guarantee(),
+            bridge: leadership.retry_period + leadership.request_timeout,
             plan,
             inner: Mutex::new(Inner {
                 units,
@@ -246,6 +250,7 @@ impl StoreObserver for Metrics {
             let outage = self.plan.longest_outage_between(
                 Duration::from_secs_f64(since),
                 Duration::from_secs_f64(now),
+                self.bridge,
             );
             if !crashed && outage < self.guarantee {
                 inner.spurious_changes += 1;

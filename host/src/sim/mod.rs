@@ -263,7 +263,7 @@ async fn simulate(config: &SimConfig) -> Report {
     let metrics = Arc::new(Metrics::new(
         start,
         units.clone(),
-        config.leadership.guarantee(),
+        &config.leadership,
         plan.clone(),
     ));
     let memory: Arc<dyn Store> = Arc::new(MemoryStore::new("sim"));
@@ -617,7 +617,7 @@ pub fn replay_seed(policy: Policy) -> SeedReplay {
         let metrics = Arc::new(Metrics::new(
             Instant::now(),
             vec![unit.to_string()],
-            leadership.guarantee(),
+            &leadership,
             plan.clone(),
         ));
         let memory: Arc<dyn Store> = Arc::new(MemoryStore::new("seed"));

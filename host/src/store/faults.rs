@@ -84,14 +84,34 @@ impl FaultPlan {
         self.outages.iter().any(|o| o.start <= at && at < o.end)
     }
 
-    /// The longest outage overlapping `[from, to]`.
-    pub fn longest_outage_between(&self, from: Duration, to: Duration) -> Duration {
-        self.outages
+    /// The longest outage overlapping `[from, to]`, counting windows that overlap or are
+    /// less than `bridge` apart as one.
+    pub fn longest_outage_between(
+        &self,
+        from: Duration,
+        to: Duration,
+        bridge: Duration,
+    ) -> Duration {
+        // Windows that overlap, or leave too short a gap to get a call through, are one
+        // outage: the store is unreachable from the first start to the last end.
+        let mut windows: Vec<&Outage> = self
+            .outages
             .iter()
             .filter(|o| o.start <= to && o.end >= from)
-            .map(Outage::length)
-            .max()
-            .unwrap_or_default()
+            .collect();
+        windows.sort_by_key(|o| o.start);
+        let mut longest = Duration::ZERO;
+        let mut merged: Option<(Duration, Duration)> = None;
+        for o in windows {
+            merged = match merged {
+                Some((start, end)) if o.start < end + bridge => Some((start, end.max(o.end))),
+                _ => Some((o.start, o.end)),
+            };
+            if let Some((start, end)) = merged {
+                longest = longest.max(end - start);
+            }
+        }
+        longest
     }
 }
 
@@ -344,5 +364,43 @@ impl StateStore for FaultyStore {
 
     fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>> {
         self.inner.status()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(start: f64, end: f64) -> Outage {
+        Outage {
+            start: Duration::from_secs_f64(start),
+            end: Duration::from_secs_f64(end),
+        }
+    }
+
+    #[test]
+    fn overlapping_outages_count_as_one() {
+        let mut plan = FaultPlan::none(1);
+        plan.outages = vec![
+            window(98.0, 105.0),
+            window(93.0, 102.0),
+            window(200.0, 201.0),
+        ];
+        let none = Duration::ZERO;
+        let longest = plan.longest_outage_between(Duration::ZERO, Duration::from_secs(300), none);
+        assert_eq!(longest, Duration::from_secs(12));
+        // A gap shorter than the bridge joins two windows.
+        plan.outages.push(window(106.0, 110.0));
+        let all = Duration::from_secs(300);
+        assert_eq!(
+            plan.longest_outage_between(none, all, none),
+            Duration::from_secs(12)
+        );
+        let joined = plan.longest_outage_between(none, all, Duration::from_secs(2));
+        assert_eq!(joined, Duration::from_secs(17));
+        // Only the windows overlapping the interval count.
+        let later =
+            plan.longest_outage_between(Duration::from_secs(150), Duration::from_secs(300), none);
+        assert_eq!(later, Duration::from_secs(1));
     }
 }
