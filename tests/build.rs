@@ -5,7 +5,14 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const GUESTS: &[&str] = &["discourse", "postgresql", "kv", "probe", "other-world", "empty"];
+const GUESTS: &[&str] = &[
+    "discourse",
+    "postgresql",
+    "kv",
+    "probe",
+    "other-world",
+    "empty",
+];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

@@ -5,9 +5,9 @@
 //! storage so that a commit can check the leadership fence and apply a hook's writes in one
 //! atomic step.
 
-pub mod faults;
 #[cfg(feature = "etcd")]
 mod etcd;
+pub mod faults;
 mod lease;
 mod memory;
 pub mod routing;
