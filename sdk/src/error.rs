@@ -148,4 +148,11 @@ impl fmt::Debug for HookError {
 /// ```
 pub type HookResult<T = ()> = Result<T, HookError>;
 
-pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
+/// The result of a call into the host: refused calls are an [`Error`].
+///
+/// ```
+/// fn database(model: &charm_sdk::Model) -> charm_sdk::Result<Option<String>> {
+///     Ok(model.relation("db")?.map(|r| r.remote_app().to_string()))
+/// }
+/// ```
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -2,6 +2,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::backend;
+use crate::custom::CustomEvent;
 use crate::error::{Error, Result};
 use crate::wit::juju::charm::types as wit;
 
@@ -232,6 +233,9 @@ pub enum Event {
     RelationBroken(RelationEvent),
     /// An operator ran an action.
     Action(ActionEvent),
+    /// A library emitted this event during the hook, with [`Model::emit`](crate::Model::emit);
+    /// never sent by the host. See [`CustomEvent`].
+    Custom(CustomEvent),
 }
 
 impl Event {
@@ -258,6 +262,7 @@ impl Event {
             Event::RelationDeparted(r) => rel(r, "departed"),
             Event::RelationBroken(r) => rel(r, "broken"),
             Event::Action(a) => format!("{}-action", a.name),
+            Event::Custom(c) => format!("{}/{}", c.source, c.name),
         }
     }
 

@@ -38,6 +38,7 @@
 
 mod backend;
 mod config;
+mod custom;
 mod error;
 mod event;
 pub mod log;
@@ -66,7 +67,8 @@ pub mod wit {
 pub use wit_bindgen;
 
 pub use config::{Config, ConfigValue, FromConfigValue};
-pub use error::{Error, HookError, HookResult};
+pub use custom::{CustomEvent, Emit};
+pub use error::{Error, HookError, HookResult, Result};
 pub use event::{ActionEvent, Event, RelationEvent};
 pub use metadata::{ActionMeta, ConfigOption, Metadata, OptionType, RelationMeta, RelationRole};
 pub use model::{Application, LeaderData, Model, StoredState, Unit};
@@ -98,9 +100,54 @@ pub trait Charm {
     /// `charm-host inspect` and checked by the host when a bundle is deployed.
     fn metadata() -> Metadata;
 
-    /// Handles one hook. Return `Err` to fail the hook: nothing it wrote is applied and
-    /// the host retries it later.
+    /// Handles one hook's event, and each [`Event::Custom`] its libraries emitted. Return
+    /// `Err` to fail the hook: nothing it wrote is applied and the host retries it later.
     fn handle(model: &Model, event: Event) -> HookResult;
+
+    /// Lets the charm's libraries see the hook's event first, as ops' `framework.observe`
+    /// does for a library created in the charm's `__init__`. What they emit with
+    /// [`Model::emit`] is handled, in order, before the hook's event itself; all of it in
+    /// this hook, under the same leadership answer and in the same commit. The default
+    /// observes nothing.
+    ///
+    /// An event re-run because the charm deferred it is not observed again: the library has
+    /// already seen it, and its own events were deferred on their own if need be.
+    ///
+    /// ```
+    /// use charm_sdk::testing::{Context, State};
+    /// use charm_sdk::{Charm, Emit, Event, HookResult, Metadata, Model, Status};
+    ///
+    /// /// A library: tells the charm when the unit has been installed.
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Installed;
+    /// impl Emit for Installed { fn name(&self) -> &'static str { "installed" } }
+    ///
+    /// struct Watched;
+    /// impl Charm for Watched {
+    ///     fn metadata() -> Metadata { Metadata::new("watched") }
+    ///     fn observe(model: &Model, event: &Event) -> HookResult {
+    ///         if *event == Event::Install {
+    ///             model.emit("lib:main", &Installed)?;
+    ///         }
+    ///         Ok(())
+    ///     }
+    ///     fn handle(model: &Model, event: Event) -> HookResult {
+    ///         if let Event::Custom(ev) = event {
+    ///             if let Some(Installed) = ev.decode("lib:main").transpose()? {
+    ///                 model.unit().set_status(Status::active("installed"))?;
+    ///             }
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    /// let out = Context::<Watched>::new().run(Event::Install, State::default());
+    /// assert_eq!(out.state.unit_status, Status::active("installed"));
+    /// assert_eq!(out.emitted[0].name, "installed");
+    /// ```
+    fn observe(model: &Model, event: &Event) -> HookResult {
+        let _ = (model, event);
+        Ok(())
+    }
 }
 
 /// Exports a [`Charm`] as the component's entry points. Use it once, at the crate root.
@@ -178,30 +225,59 @@ pub mod __private {
     /// Where deferred events are kept, in the unit's stored state.
     pub const DEFERRED_KEY: &str = "charm-sdk.deferred";
 
+    /// How many custom events one hook may emit: a library that emits in reply to its own
+    /// events forever fails the hook instead of running until the deadline.
+    pub const MAX_CUSTOM_EVENTS: usize = 1024;
+
     /// Runs the events deferred by earlier hooks, then `event`, as ops does; keeps those
-    /// that defer again. The list is written only when it changes, so a charm that never
-    /// defers writes nothing for it.
+    /// that defer again. The charm's libraries observe `event` first, and what they emit
+    /// is handled before it. The list is written only when it changes, so a charm that
+    /// never defers writes nothing for it.
     pub(crate) fn dispatch<C: Charm>(model: &Model, event: Event) -> HookResult {
         let deferred: Vec<Event> = model.stored().get(DEFERRED_KEY)?.unwrap_or_default();
         let mut still = Vec::new();
         for earlier in &deferred {
-            C::handle(model, earlier.clone())?;
-            if model.take_deferred() {
-                still.push(earlier.clone());
-            }
+            handle::<C>(model, earlier.clone(), &mut still)?;
+            drain::<C>(model, &mut still)?;
         }
-        // As in Juju, an action is answered now or never: it is not deferred.
-        let deferrable = !matches!(event, Event::Action(_));
-        C::handle(model, event.clone())?;
-        if model.take_deferred() && deferrable {
-            still.push(event);
+        if !matches!(event, Event::Custom(_)) {
+            C::observe(model, &event)?;
+            drain::<C>(model, &mut still)?;
         }
+        handle::<C>(model, event, &mut still)?;
+        drain::<C>(model, &mut still)?;
         if still != deferred {
             if still.is_empty() {
                 model.stored().remove(DEFERRED_KEY);
             } else {
                 model.stored().set(DEFERRED_KEY, &still)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Handles one event, keeping it in `still` if the charm defers it.
+    fn handle<C: Charm>(model: &Model, event: Event, still: &mut Vec<Event>) -> HookResult {
+        // As in Juju, an action is answered now or never: it is not deferred.
+        let deferrable = !matches!(event, Event::Action(_));
+        C::handle(model, event.clone())?;
+        if model.take_deferred() && deferrable {
+            still.push(event);
+        }
+        Ok(())
+    }
+
+    /// Handles what the libraries emitted, in order, including what those handlers emit.
+    fn drain<C: Charm>(model: &Model, still: &mut Vec<Event>) -> HookResult {
+        while let Some(custom) = model.next_emitted() {
+            if model.emitted_count() > MAX_CUSTOM_EVENTS {
+                return Err(crate::HookError::msg(format!(
+                    "more than {MAX_CUSTOM_EVENTS} custom events in one hook; the last was \
+                     {:?} from {:?}",
+                    custom.name, custom.source
+                )));
+            }
+            handle::<C>(model, Event::Custom(custom), still)?;
         }
         Ok(())
     }

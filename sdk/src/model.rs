@@ -1,10 +1,11 @@
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::backend;
 use crate::config::Config;
+use crate::custom::{CustomEvent, Emit};
 use crate::error::{Error, Result};
 use crate::pod::Pod;
 use crate::relation::Relation;
@@ -37,6 +38,9 @@ pub struct Model {
     unit: Unit,
     app: Application,
     deferred: Cell<bool>,
+    /// Every custom event emitted in this hook, and how many of them have been handled.
+    emitted: RefCell<Vec<CustomEvent>>,
+    handled: Cell<usize>,
 }
 
 impl Model {
@@ -46,7 +50,69 @@ impl Model {
             unit: Unit { name: unit },
             app: Application { name: app },
             deferred: Cell::new(false),
+            emitted: RefCell::new(Vec::new()),
+            handled: Cell::new(0),
         }
+    }
+
+    /// Emits a library's event for the charm to handle in this hook, after the handler
+    /// running now returns: as [`Event::Custom`](crate::Event::Custom), from `source` (the
+    /// library and its endpoint, such as `pgsql:db`). See [`Charm::observe`](crate::Charm::observe).
+    ///
+    /// ```
+    /// use charm_sdk::testing::{Context, State};
+    /// use charm_sdk::{Charm, Emit, Event, HookResult, Metadata, Model};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Tick(u32);
+    /// impl Emit for Tick { fn name(&self) -> &'static str { "tick" } }
+    ///
+    /// struct Clock;
+    /// impl Charm for Clock {
+    ///     fn metadata() -> Metadata { Metadata::new("clock") }
+    ///     fn observe(model: &Model, event: &Event) -> HookResult {
+    ///         if *event == Event::UpdateStatus {
+    ///             model.emit("clock:tick", &Tick(1))?;
+    ///             model.emit("clock:tick", &Tick(2))?;
+    ///         }
+    ///         Ok(())
+    ///     }
+    ///     fn handle(model: &Model, event: Event) -> HookResult {
+    ///         if let Event::Custom(ev) = &event {
+    ///             let Tick(n) = ev.decode("clock:tick").expect("ours")?;
+    ///             model.stored().set("last-tick", &n)?;
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    /// let out = Context::<Clock>::new().run(Event::UpdateStatus, State::default());
+    /// assert_eq!(out.emitted.len(), 2);
+    /// assert_eq!(out.state.stored["last-tick"], "2");
+    /// ```
+    pub fn emit<E: Emit>(&self, source: &str, event: &E) -> Result<()> {
+        let custom = CustomEvent::new(source, event)?;
+        crate::log::debug(&format!("emitting {}/{}", custom.source, custom.name));
+        self.emitted.borrow_mut().push(custom);
+        Ok(())
+    }
+
+    /// The next emitted event not yet handled.
+    pub(crate) fn next_emitted(&self) -> Option<CustomEvent> {
+        let next = self.handled.get();
+        let custom = self.emitted.borrow().get(next).cloned()?;
+        self.handled.set(next + 1);
+        Some(custom)
+    }
+
+    /// How many events have been emitted in this hook.
+    pub(crate) fn emitted_count(&self) -> usize {
+        self.emitted.borrow().len()
+    }
+
+    /// Every event emitted in this hook, in order.
+    #[cfg(not(target_family = "wasm"))]
+    pub(crate) fn emitted(&self) -> Vec<CustomEvent> {
+        self.emitted.borrow().clone()
     }
 
     /// The model's name.

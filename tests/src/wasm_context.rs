@@ -203,6 +203,8 @@ impl HookRunner for WasmContext {
             // The host does not report each answer; it pins one per hook.
             is_leader_answers: Vec::new(),
             leadership_refusals: run.leadership_refusals,
+            // The host keeps custom events inside the guest; they are in its debug log.
+            emitted: Vec::new(),
         }
     }
 }
@@ -286,6 +288,11 @@ fn wit_event(event: &Event) -> wit::Event {
             name: a.name.clone(),
             params: serde_json::Value::Object(a.params.clone()).to_string(),
         }),
+        Event::Custom(c) => panic!(
+            "{}/{} is a custom event: the host only sends hook events; run the hook event \
+             that makes the library emit it",
+            c.source, c.name
+        ),
     }
 }
 

@@ -63,7 +63,7 @@ use std::rc::Rc;
 pub use state::{Bag, PodSpecState, Relation, State};
 
 use crate::log::Level;
-use crate::{Charm, Event, Metadata, Model, RelationRole};
+use crate::{Charm, CustomEvent, Event, Metadata, Model, RelationRole};
 use host::{Hook, HookBackend, Interrupted, Writes, apply};
 
 /// A line the charm logged.
@@ -183,6 +183,10 @@ pub struct Output {
     pub is_leader_answers: Vec<bool>,
     /// How many leader-only operations were refused because the unit was not leader.
     pub leadership_refusals: u32,
+    /// The custom events the charm's libraries emitted, in order, however the hook ended.
+    /// Empty when the hook ran in the host, which does not report them (they are in the
+    /// debug log).
+    pub emitted: Vec<CustomEvent>,
 }
 
 impl Output {
@@ -413,6 +417,7 @@ impl<C: Charm> Context<C> {
             action,
             is_leader_answers: hook.is_leader_answers,
             leadership_refusals: hook.leadership_refusals,
+            emitted: model.emitted(),
         }
     }
 

@@ -1,0 +1,422 @@
+//! The client side: asks for a database and follows the master and the standbys.
+
+use std::collections::BTreeMap;
+
+use charm_sdk::{CustomEvent, DataBag, Emit, Event, HookResult, Model, Relation};
+use serde::{Deserialize, Serialize};
+
+use crate::{ConnectionString, DatabaseRequest, InvalidData, LEADER_KEY, set_if_changed};
+
+/// What the client side emits for the charm, as ops' `pgsql` library does.
+///
+/// ```
+/// use charm_pgsql::RequirerEvent;
+/// use charm_sdk::Emit;
+///
+/// let ev = RequirerEvent::MasterChanged { relation: 1, master: None };
+/// assert_eq!(ev.name(), "master-changed");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RequirerEvent {
+    /// A PostgreSQL unit joined: the time for the leader to call [`Requirer::request`].
+    DatabaseJoined {
+        /// The relation's id.
+        relation: u32,
+        /// The PostgreSQL application.
+        remote_app: String,
+    },
+    /// The master's connection string changed; `None` when there is no master ready for
+    /// this client any more (or the relation is gone).
+    MasterChanged {
+        /// The relation's id.
+        relation: u32,
+        /// The master, ready for use.
+        master: Option<ConnectionString>,
+    },
+    /// The hot standbys changed.
+    StandbysChanged {
+        /// The relation's id.
+        relation: u32,
+        /// The standbys, ready for use (read only).
+        standbys: Vec<ConnectionString>,
+    },
+    /// PostgreSQL published data that does not follow the interface; what could be read is
+    /// still used, and the rest is ignored.
+    InvalidData(InvalidData),
+}
+
+impl Emit for RequirerEvent {
+    fn name(&self) -> &'static str {
+        match self {
+            RequirerEvent::DatabaseJoined { .. } => "database-joined",
+            RequirerEvent::MasterChanged { .. } => "master-changed",
+            RequirerEvent::StandbysChanged { .. } => "standbys-changed",
+            RequirerEvent::InvalidData(_) => "invalid-data",
+        }
+    }
+}
+
+/// One relation's databases as this unit sees them now.
+///
+/// ```
+/// let db = charm_pgsql::Database { relation: 1, remote_app: "pg".into(), ..Default::default() };
+/// assert!(db.master.is_none() && db.problems.is_empty());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Database {
+    /// The relation's id.
+    pub relation: u32,
+    /// The PostgreSQL application.
+    pub remote_app: String,
+    /// The master, once PostgreSQL has applied this client's request and published it.
+    pub master: Option<ConnectionString>,
+    /// The hot standbys, on the same condition.
+    pub standbys: Vec<ConnectionString>,
+    /// What PostgreSQL published that does not follow the interface.
+    pub problems: Vec<InvalidData>,
+}
+
+/// What the unit last told the charm about one relation, kept in its stored state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Seen {
+    master: Option<ConnectionString>,
+    standbys: Vec<ConnectionString>,
+}
+
+/// The client side of `pgsql` on one endpoint.
+///
+/// Make it in a `const`, observe every hook with it in
+/// [`Charm::observe`](charm_sdk::Charm::observe), and read its events with
+/// [`Requirer::event`]. See the crate documentation for a whole charm.
+///
+/// ```
+/// const DB: charm_pgsql::Requirer = charm_pgsql::Requirer::new("db");
+/// assert_eq!(DB.source(), "pgsql:db");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Requirer {
+    endpoint: &'static str,
+}
+
+impl Requirer {
+    /// The client side on `endpoint` (declared `requires` with interface `pgsql`).
+    ///
+    /// ```
+    /// assert_eq!(charm_pgsql::Requirer::new("db").endpoint(), "db");
+    /// ```
+    pub const fn new(endpoint: &'static str) -> Self {
+        Requirer { endpoint }
+    }
+
+    /// The endpoint's name.
+    ///
+    /// ```
+    /// assert_eq!(charm_pgsql::Requirer::new("db-admin").endpoint(), "db-admin");
+    /// ```
+    pub fn endpoint(&self) -> &'static str {
+        self.endpoint
+    }
+
+    /// The [`CustomEvent::source`] of this side's events: `pgsql:<endpoint>`.
+    ///
+    /// ```
+    /// assert_eq!(charm_pgsql::Requirer::new("db").source(), "pgsql:db");
+    /// ```
+    pub fn source(&self) -> String {
+        format!("pgsql:{}", self.endpoint)
+    }
+
+    /// The typed event, when `custom` is one of this side's; `None` for other events.
+    ///
+    /// ```
+    /// use charm_pgsql::{Requirer, RequirerEvent};
+    /// let ev = RequirerEvent::MasterChanged { relation: 1, master: None };
+    /// let custom = charm_sdk::CustomEvent::new("pgsql:db", &ev).unwrap();
+    /// assert_eq!(Requirer::new("db").event(&custom).unwrap().unwrap(), ev);
+    /// assert!(Requirer::new("replica").event(&custom).is_none());
+    /// ```
+    pub fn event(&self, custom: &CustomEvent) -> Option<charm_sdk::Result<RequirerEvent>> {
+        custom.decode(&self.source())
+    }
+
+    /// Observes a hook's event and emits what it means for this endpoint:
+    /// - a relation joined: [`RequirerEvent::DatabaseJoined`];
+    /// - a relation changed, a unit departed, leadership or leader data changed, the charm
+    ///   was upgraded: [`RequirerEvent::MasterChanged`] and
+    ///   [`RequirerEvent::StandbysChanged`] for what changed since this unit last said, and
+    ///   [`RequirerEvent::InvalidData`] for what does not parse;
+    /// - a relation broken: the master and standbys gone, if there were any.
+    ///
+    /// It also keeps this unit's bag mirroring the leader's request.
+    pub fn observe(&self, model: &Model, event: &Event) -> HookResult {
+        match event {
+            Event::RelationJoined(r) if r.name == self.endpoint => {
+                self.mirror(model, &model.relation_by_id(r.id)?)?;
+                model.emit(
+                    &self.source(),
+                    &RequirerEvent::DatabaseJoined {
+                        relation: r.id,
+                        remote_app: r.remote_app.clone(),
+                    },
+                )?;
+                // The first change after the join reports what is already there.
+                self.follow(model, &model.relation_by_id(r.id)?)?;
+            }
+            Event::RelationChanged(r) | Event::RelationDeparted(r) if r.name == self.endpoint => {
+                let relation = model.relation_by_id(r.id)?;
+                self.mirror(model, &relation)?;
+                self.follow(model, &relation)?;
+            }
+            Event::RelationBroken(r) if r.name == self.endpoint => self.forget(model, r.id)?,
+            Event::LeaderElected | Event::LeaderSettingsChanged | Event::UpgradeCharm => {
+                for relation in model.relations(self.endpoint)? {
+                    self.mirror(model, &relation)?;
+                    self.follow(model, &relation)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Asks PostgreSQL for a database on a relation. Leader only: it writes the
+    /// application's bag, keeps a copy in leader data for the other units and mirrors it in
+    /// this unit's bag. Asking again for the same thing changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`charm_sdk::Error::NotLeader`] on a unit that is not the leader, and
+    /// [`charm_sdk::Error::InvalidArgument`] for a name PostgreSQL cannot take.
+    pub fn request(
+        &self,
+        model: &Model,
+        relation: u32,
+        request: &DatabaseRequest,
+    ) -> charm_sdk::Result<()> {
+        let fields = request.to_fields();
+        DatabaseRequest::from_fields(relation, "this request", |k| fields.get(k).cloned())
+            .map_err(|bad| charm_sdk::Error::InvalidArgument(bad.to_string()))?;
+        let rel = model.relation_by_id(relation)?;
+        let mut app = rel.local_app_data()?;
+        for (key, value) in &fields {
+            set_if_changed(&mut app, key, value)?;
+        }
+        let mut copies = requests(model)?;
+        if copies.get(&relation) != Some(request) {
+            copies.insert(relation, request.clone());
+            write_requests(model, &copies)?;
+        }
+        self.mirror(model, &rel)
+    }
+
+    /// What the leader asked for on a relation, as every unit can read it.
+    pub fn requested(&self, model: &Model, relation: u32) -> charm_sdk::Result<DatabaseRequest> {
+        Ok(requests(model)?.remove(&relation).unwrap_or_default())
+    }
+
+    /// One relation's databases as they are now, without waiting for an event: for hooks
+    /// such as config-changed that need the master too.
+    pub fn database(&self, model: &Model, relation: u32) -> charm_sdk::Result<Database> {
+        self.read(model, &model.relation_by_id(relation)?)
+    }
+
+    /// Every relation's databases on this endpoint, by relation id.
+    pub fn databases(&self, model: &Model) -> charm_sdk::Result<Vec<Database>> {
+        model
+            .relations(self.endpoint)?
+            .iter()
+            .map(|r| self.read(model, r))
+            .collect()
+    }
+
+    /// Reads PostgreSQL's side of a relation: the first bag (the application's, then the
+    /// units' by name) with a master that has applied this client's request wins, as in
+    /// ops' library.
+    fn read(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<Database> {
+        let want = self.requested(model, relation.id())?.to_fields();
+        let egress = subnets(relation.local_unit_data()?.get("egress-subnets"));
+        let mut bags = vec![relation.remote_app_data()?];
+        for unit in relation.remote_units() {
+            bags.push(relation.unit_data(unit)?);
+        }
+        let owners = std::iter::once(relation.remote_app().to_string())
+            .chain(relation.remote_units().iter().cloned());
+        let mut db = Database {
+            relation: relation.id(),
+            remote_app: relation.remote_app().to_string(),
+            ..Default::default()
+        };
+        let mut standbys_found = false;
+        for (bag, owner) in bags.iter().zip(owners) {
+            let invalid = |key: &str, reason: String| InvalidData {
+                relation: relation.id(),
+                owner: owner.clone(),
+                key: key.to_string(),
+                reason,
+            };
+            let ready = is_ready(bag, &want, &egress);
+            if let Some(raw) = bag.get("master").filter(|m| !m.trim().is_empty()) {
+                match raw.parse::<ConnectionString>() {
+                    Ok(master) if ready && db.master.is_none() => db.master = Some(master),
+                    Ok(_) => {}
+                    Err(e) => db.problems.push(invalid("master", e.to_string())),
+                }
+            }
+            if let Some(raw) = bag.get("standbys").filter(|s| !s.trim().is_empty()) {
+                let mut parsed = Vec::new();
+                for (n, line) in raw
+                    .lines()
+                    .enumerate()
+                    .filter(|(_, l)| !l.trim().is_empty())
+                {
+                    match line.parse::<ConnectionString>() {
+                        Ok(standby) => parsed.push(standby),
+                        Err(e) => db
+                            .problems
+                            .push(invalid("standbys", format!("line {}: {e}", n + 1))),
+                    }
+                }
+                if ready && !standbys_found {
+                    db.standbys = parsed;
+                    standbys_found = true;
+                }
+            }
+        }
+        Ok(db)
+    }
+
+    /// Emits what changed on a relation since this unit last said, and what is malformed.
+    fn follow(&self, model: &Model, relation: &Relation) -> HookResult {
+        let db = self.read(model, relation)?;
+        let mut seen = self.seen(model)?;
+        let before = seen.get(&db.relation).cloned().unwrap_or_default();
+        let source = self.source();
+        if before.master != db.master {
+            model.emit(
+                &source,
+                &RequirerEvent::MasterChanged {
+                    relation: db.relation,
+                    master: db.master.clone(),
+                },
+            )?;
+        }
+        if before.standbys != db.standbys {
+            model.emit(
+                &source,
+                &RequirerEvent::StandbysChanged {
+                    relation: db.relation,
+                    standbys: db.standbys.clone(),
+                },
+            )?;
+        }
+        for problem in db.problems {
+            charm_sdk::log::warning(&problem.to_string());
+            model.emit(&source, &RequirerEvent::InvalidData(problem))?;
+        }
+        let now = Seen {
+            master: db.master,
+            standbys: db.standbys,
+        };
+        if now != before {
+            seen.insert(db.relation, now);
+            model.stored().set(&self.stored_key(), &seen)?;
+        }
+        Ok(())
+    }
+
+    /// A broken relation: says its databases are gone, and forgets it.
+    fn forget(&self, model: &Model, relation: u32) -> HookResult {
+        let mut seen = self.seen(model)?;
+        if let Some(before) = seen.remove(&relation) {
+            let source = self.source();
+            if before.master.is_some() {
+                let gone = RequirerEvent::MasterChanged {
+                    relation,
+                    master: None,
+                };
+                model.emit(&source, &gone)?;
+            }
+            if !before.standbys.is_empty() {
+                let gone = RequirerEvent::StandbysChanged {
+                    relation,
+                    standbys: Vec::new(),
+                };
+                model.emit(&source, &gone)?;
+            }
+            model.stored().set(&self.stored_key(), &seen)?;
+        }
+        if model.is_leader() {
+            let mut copies = requests(model)?;
+            if copies.remove(&relation).is_some() {
+                write_requests(model, &copies)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps this unit's bag equal to the leader's request, for providers that read unit
+    /// bags (as the PostgreSQL charm did before Juju had application bags).
+    fn mirror(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<()> {
+        let fields = self.requested(model, relation.id())?.to_fields();
+        let mut bag = relation.local_unit_data()?;
+        for (key, value) in &fields {
+            set_if_changed(&mut bag, key, value)?;
+        }
+        Ok(())
+    }
+
+    fn stored_key(&self) -> String {
+        format!("charm-pgsql.{}", self.endpoint)
+    }
+
+    fn seen(&self, model: &Model) -> charm_sdk::Result<BTreeMap<u32, Seen>> {
+        Ok(model.stored().get(&self.stored_key())?.unwrap_or_default())
+    }
+}
+
+/// Whether PostgreSQL has applied the request in this bag: it echoes `database`, `roles`
+/// and `extensions` once it has, and lists the client's egress subnets it has let in.
+fn is_ready(bag: &DataBag, want: &BTreeMap<&'static str, String>, egress: &[String]) -> bool {
+    let applied = want
+        .iter()
+        .all(|(key, value)| bag.get(key).unwrap_or_default().trim() == value);
+    let allowed = subnets(bag.get("allowed-subnets"));
+    applied && egress.iter().all(|s| allowed.contains(s))
+}
+
+fn subnets(raw: Option<&str>) -> Vec<String> {
+    raw.unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The leader's requests, from leader data: `{"<relation id>": {"database": ..., "roles":
+/// "a,b", "extensions": ...}}`.
+fn requests(model: &Model) -> charm_sdk::Result<BTreeMap<u32, DatabaseRequest>> {
+    let Some(raw) = model.leader_data().get(LEADER_KEY) else {
+        return Ok(BTreeMap::new());
+    };
+    let copies: BTreeMap<u32, BTreeMap<String, String>> = serde_json::from_str(&raw)?;
+    copies
+        .into_iter()
+        .map(|(id, fields)| {
+            DatabaseRequest::from_fields(id, "leader data", |k| fields.get(k).cloned())
+                .map(|r| (id, r))
+                .map_err(|bad| charm_sdk::Error::Serde(bad.to_string()))
+        })
+        .collect()
+}
+
+fn write_requests(model: &Model, copies: &BTreeMap<u32, DatabaseRequest>) -> charm_sdk::Result<()> {
+    if copies.is_empty() {
+        return model.leader_data().remove(LEADER_KEY);
+    }
+    let as_fields: BTreeMap<u32, BTreeMap<&str, String>> =
+        copies.iter().map(|(id, r)| (*id, r.to_fields())).collect();
+    model
+        .leader_data()
+        .set(LEADER_KEY, &serde_json::to_string(&as_fields)?)
+}
