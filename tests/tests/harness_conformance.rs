@@ -30,7 +30,10 @@ fn discourse_and_postgresql_give_the_same_output_on_both_backends() {
     let clients = Relation::new(1, "db", "discourse").remote_unit("discourse/0", [("k", "v")]);
     let state = State::default()
         .leader(true)
-        .leader_data([("password", "fixed")])
+        .leader_data([
+            ("password", "fixed"),
+            ("interface.pgsql.password.1", "fixed"),
+        ])
         .relation(clients);
     let native = Context::<postgresql::Postgresql>::new().run(Event::ConfigChanged, state.clone());
     let wasm = HookRunner::run(
@@ -40,7 +43,10 @@ fn discourse_and_postgresql_give_the_same_output_on_both_backends() {
     );
     assert_eq!(native.state, wasm.state);
     let master = &native.state.relation_by_id(1).unwrap().local_app_data["master"];
-    assert!(master.contains("password=fixed"), "{master}");
+    assert!(
+        master.contains("user=juju_discourse password=fixed"),
+        "{master}"
+    );
 }
 
 /// Pod specs the host refuses (the probe's list and more), through the native harness:

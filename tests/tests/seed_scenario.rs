@@ -63,6 +63,31 @@ async fn discourse_leader_sets_the_pod_spec_with_postgresqls_connection_string()
         rel.app_bags["postgresql"]["master"].clone()
     };
     assert!(master.starts_with("host=postgresql-0"), "{master}");
+    // The pgsql interface, both sides through charm-pgsql: Discourse asked for its
+    // database; PostgreSQL made it a user of its own and echoed the request, which is
+    // what told Discourse's units the master was ready.
+    assert!(
+        master.contains("dbname=discourse user=juju_discourse password="),
+        "{master}"
+    );
+    {
+        let pg = store.snapshot("postgresql/0").await.unwrap();
+        let rel = pg.relations.values().next().unwrap();
+        let published = &rel.app_bags["postgresql"];
+        assert_eq!(published["database"], "discourse");
+        assert_eq!(published["user"], "juju_discourse");
+        assert_eq!(
+            published["allowed-units"],
+            "discourse/0 discourse/1 discourse/2"
+        );
+        assert_eq!(rel.app_bags["discourse"]["database"], "discourse");
+        for unit in ["discourse/0", "discourse/1", "discourse/2"] {
+            assert_eq!(
+                rel.unit_bags[unit]["database"], "discourse",
+                "{unit} mirrors"
+            );
+        }
+    }
     let spec = store
         .pod_spec("discourse")
         .await

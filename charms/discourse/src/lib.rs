@@ -1,16 +1,24 @@
 //! Discourse, as the seed's `cs:~discourse-charmers/discourse`: requires `db` (interface
-//! `pgsql`). On `db-relation-changed` the leader sets a pod spec whose environment carries
-//! PostgreSQL's `master` connection string; other units do not. While the string is missing,
-//! the unit waits.
+//! `pgsql`) through the `charm-pgsql` library, as the seed's charm used ops' `pgsql`
+//! library. The library observes `db-relation-*` and emits `master-changed`; the leader
+//! then sets a pod spec whose environment carries the master's connection string. While
+//! there is no master, the unit waits.
 //!
 //! This is the hook that failed in Juju 2.9: `is-leader` answered true, then `set_pod_spec`
 //! was refused with "not a leader" because a lease renewal timed out in between.
 
+use charm_pgsql::{ConnectionString, DatabaseRequest, Requirer, RequirerEvent};
 use charm_sdk::pod::{Container, PodSpec};
 use charm_sdk::{Charm, Event, HookResult, Metadata, Model, Status};
 
 /// The Discourse charm.
 pub struct Discourse;
+
+/// The `db` endpoint's client side.
+const DB: Requirer = Requirer::new("db");
+
+/// The database Discourse asks PostgreSQL for.
+const DATABASE: &str = "discourse";
 
 impl Charm for Discourse {
     fn metadata() -> Metadata {
@@ -30,29 +38,40 @@ impl Charm for Discourse {
             .string_option("developer_emails", None, "Comma-separated admin e-mails")
     }
 
+    fn observe(model: &Model, event: &Event) -> HookResult {
+        DB.observe(model, event)
+    }
+
     fn handle(model: &Model, event: Event) -> HookResult {
         match event {
-            Event::RelationChanged(rel) if rel.name == "db" => configure_pod(model),
+            Event::Custom(custom) => match DB.event(&custom).transpose()? {
+                Some(RequirerEvent::DatabaseJoined { relation, .. }) if model.is_leader() => {
+                    DB.request(model, relation, &DatabaseRequest::database(DATABASE))?;
+                }
+                Some(RequirerEvent::MasterChanged { .. }) => configure_pod(model)?,
+                Some(RequirerEvent::InvalidData(bad)) if master(model)?.is_none() => {
+                    let why = format!("bad data from {}: {}", bad.owner, bad.reason);
+                    model.unit().set_status(Status::blocked(why))?;
+                }
+                _ => {}
+            },
             Event::ConfigChanged | Event::LeaderElected | Event::UpgradeCharm => {
-                configure_pod(model)
+                configure_pod(model)?
             }
             Event::RelationBroken(rel) if rel.name == "db" => {
                 model
                     .unit()
                     .set_status(Status::blocked("needs a db relation"))?;
-                Ok(())
             }
-            _ => Ok(()),
+            _ => {}
         }
+        Ok(())
     }
 }
 
-/// PostgreSQL's connection string, once its leader has published it.
-fn master(model: &Model) -> HookResult<Option<String>> {
-    let Some(db) = model.relation("db")? else {
-        return Ok(None);
-    };
-    Ok(db.remote_app_data()?.get("master").map(str::to_owned))
+/// PostgreSQL's master, once it is ready for this forum.
+fn master(model: &Model) -> HookResult<Option<ConnectionString>> {
+    Ok(DB.databases(model)?.into_iter().find_map(|db| db.master))
 }
 
 fn configure_pod(model: &Model) -> HookResult {
@@ -69,7 +88,7 @@ fn configure_pod(model: &Model) -> HookResult {
             Container::new("discourse", image)
                 .port("http", 3000)
                 .env("DISCOURSE_HOSTNAME", hostname)
-                .env("DISCOURSE_DB", master),
+                .env("DISCOURSE_DB", master.to_string()),
         );
         // In Juju 2.9 this is where "cannot set a pod spec as this unit is not a leader"
         // came from. Here a hook told it leads is never refused.

@@ -1,14 +1,23 @@
 //! PostgreSQL, as the seed's `cs:~postgresql-charmers/postgresql`: provides `db` (interface
-//! `pgsql`); its leader publishes the `master` connection string in its application bag of
-//! every `db` relation.
+//! `pgsql`) through the `charm-pgsql` library. Its leader gives each client application
+//! its own user and password, and publishes the `master` connection string to the
+//! database the client asked for (the `database` option by default).
 
+use charm_pgsql::{ConnectionString, DatabaseRequest, Provider, ProviderEvent, Publication};
 use charm_sdk::pod::{Container, PodSpec};
 use charm_sdk::{Charm, Event, HookResult, Metadata, Model, Status};
 
 /// The PostgreSQL charm.
 pub struct Postgresql;
 
+/// The `db` endpoint's PostgreSQL side.
+const DB: Provider = Provider::new("db");
+
+/// Leader data key of the superuser's password.
 const PASSWORD_KEY: &str = "password";
+
+/// The PostgreSQL version the image runs.
+const VERSION: &str = "12";
 
 impl Charm for Postgresql {
     fn metadata() -> Metadata {
@@ -20,27 +29,38 @@ impl Charm for Postgresql {
             .string_option(
                 "database",
                 Some("discourse"),
-                "The database offered to clients",
+                "The database offered to clients that ask for none",
             )
+    }
+
+    fn observe(model: &Model, event: &Event) -> HookResult {
+        DB.observe(model, event)
     }
 
     fn handle(model: &Model, event: Event) -> HookResult {
         match event {
+            Event::Custom(custom) => match DB.event(&custom).transpose()? {
+                Some(ProviderEvent::DatabaseRequested {
+                    relation, request, ..
+                }) => publish(model, relation, &request)?,
+                // The library has logged it; the client's next change is checked again.
+                Some(ProviderEvent::InvalidRequest(_)) | None => {}
+            },
             Event::LeaderElected | Event::ConfigChanged | Event::UpgradeCharm => {
                 if model.is_leader() {
                     ensure_password(model)?;
                     set_pod_spec(model)?;
-                    publish_master(model)?;
+                    // A new port or default database reaches every client.
+                    for relation in model.relations("db")? {
+                        if let Ok(request) = DB.request(&relation)? {
+                            publish(model, relation.id(), &request)?;
+                        }
+                    }
                 }
                 model.unit().set_status(Status::active(""))?;
             }
-            Event::RelationJoined(rel) | Event::RelationChanged(rel)
-                if rel.name == "db" && model.is_leader() =>
-            {
-                publish_master(model)?;
-            }
             Event::Start => {
-                model.unit().set_workload_version("12");
+                model.unit().set_workload_version(VERSION);
                 model.unit().set_status(Status::active(""))?;
             }
             _ => {}
@@ -65,24 +85,24 @@ fn generate_password() -> String {
     format!("{a:016x}{b:016x}")
 }
 
-fn connection_string(model: &Model) -> HookResult<String> {
+/// Publishes a client's connection: its database, its own user and password.
+fn publish(model: &Model, relation: u32, request: &DatabaseRequest) -> HookResult {
     let port: i64 = model.config().get("port")?;
-    let database: String = model.config().get("database")?;
-    let password = model.leader_data().get(PASSWORD_KEY).unwrap_or_default();
-    let host = format!("{}-0.{}-endpoints", model.app().name(), model.app().name());
-    Ok(format!(
-        "host={host} port={port} dbname={database} user={database} password={password}"
-    ))
-}
-
-fn publish_master(model: &Model) -> HookResult {
-    let master = connection_string(model)?;
-    for rel in model.relations("db")? {
-        let mut bag = rel.local_app_data()?;
-        if bag.get("master") != Some(master.as_str()) {
-            bag.set("master", &master)?;
-        }
-    }
+    let default_db: String = model.config().get("database")?;
+    let credentials = DB.credentials(model, relation, generate_password)?;
+    let app = model.app().name();
+    let master = ConnectionString::new()
+        .host(format!("{app}-0.{app}-endpoints"))
+        .port(u16::try_from(port)?)
+        .dbname(request.database.clone().unwrap_or(default_db))
+        .user(credentials.user)
+        .password(credentials.password);
+    DB.publish(
+        model,
+        relation,
+        request,
+        &Publication::new(master).version(VERSION),
+    )?;
     Ok(())
 }
 
