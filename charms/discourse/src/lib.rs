@@ -48,15 +48,27 @@ impl Charm for Discourse {
                 Some(RequirerEvent::DatabaseJoined { relation, .. }) if model.is_leader() => {
                     DB.request(model, relation, &DatabaseRequest::database(DATABASE))?;
                 }
-                Some(RequirerEvent::MasterChanged { .. }) => configure_pod(model)?,
+                Some(RequirerEvent::MasterChanged { master, .. }) => configure_pod(model, master)?,
                 Some(RequirerEvent::InvalidData(bad)) if master(model)?.is_none() => {
                     let why = format!("bad data from {}: {}", bad.owner, bad.reason);
                     model.unit().set_status(Status::blocked(why))?;
                 }
                 _ => {}
             },
+            Event::LeaderElected | Event::UpgradeCharm if model.is_leader() => {
+                // A new leader makes sure the request stands (idempotent), then reconciles.
+                for db in model.relations("db")? {
+                    DB.request(model, db.id(), &DatabaseRequest::database(DATABASE))?;
+                }
+                configure_pod(model, master(model)?)?
+            }
+            // The leader reconciles on every change, not only when the master moved: a unit
+            // that became leader within a term it already held gets no leader-elected.
             Event::ConfigChanged | Event::LeaderElected | Event::UpgradeCharm => {
-                configure_pod(model)?
+                configure_pod(model, master(model)?)?
+            }
+            Event::RelationChanged(rel) if rel.name == "db" && model.is_leader() => {
+                configure_pod(model, master(model)?)?
             }
             Event::RelationBroken(rel) if rel.name == "db" => {
                 model
@@ -74,8 +86,8 @@ fn master(model: &Model) -> HookResult<Option<ConnectionString>> {
     Ok(DB.databases(model)?.into_iter().find_map(|db| db.master))
 }
 
-fn configure_pod(model: &Model) -> HookResult {
-    let Some(master) = master(model)? else {
+fn configure_pod(model: &Model, master: Option<ConnectionString>) -> HookResult {
+    let Some(master) = master else {
         model
             .unit()
             .set_status(Status::waiting("waiting for database"))?;
