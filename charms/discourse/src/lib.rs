@@ -7,7 +7,7 @@
 //! This is the hook that failed in Juju 2.9: `is-leader` answered true, then `set_pod_spec`
 //! was refused with "not a leader" because a lease renewal timed out in between.
 
-use charm_pgsql::{ConnectionString, DatabaseRequest, Requirer, RequirerEvent};
+use charm_pgsql::{DatabaseRequest, Requirer, RequirerEvent};
 use charm_sdk::pod::{Container, PodSpec};
 use charm_sdk::{Charm, Event, HookResult, Metadata, Model, Status};
 
@@ -48,10 +48,8 @@ impl Charm for Discourse {
                 Some(RequirerEvent::DatabaseJoined { relation, .. }) if model.is_leader() => {
                     DB.request(model, relation, &DatabaseRequest::database(DATABASE))?;
                 }
-                Some(RequirerEvent::MasterChanged { master, .. }) => configure_pod(model, master)?,
-                Some(RequirerEvent::InvalidData(bad)) if master(model)?.is_none() => {
-                    let why = format!("bad data from {}: {}", bad.owner, bad.reason);
-                    model.unit().set_status(Status::blocked(why))?;
+                Some(RequirerEvent::MasterChanged { .. } | RequirerEvent::InvalidData(_)) => {
+                    configure(model)?
                 }
                 _ => {}
             },
@@ -60,15 +58,13 @@ impl Charm for Discourse {
                 for db in model.relations("db")? {
                     DB.request(model, db.id(), &DatabaseRequest::database(DATABASE))?;
                 }
-                configure_pod(model, master(model)?)?
+                configure(model)?
             }
             // The leader reconciles on every change, not only when the master moved: a unit
             // that became leader within a term it already held gets no leader-elected.
-            Event::ConfigChanged | Event::LeaderElected | Event::UpgradeCharm => {
-                configure_pod(model, master(model)?)?
-            }
+            Event::ConfigChanged | Event::LeaderElected | Event::UpgradeCharm => configure(model)?,
             Event::RelationChanged(rel) if rel.name == "db" && model.is_leader() => {
-                configure_pod(model, master(model)?)?
+                configure(model)?
             }
             Event::RelationBroken(rel) if rel.name == "db" => {
                 model
@@ -81,16 +77,16 @@ impl Charm for Discourse {
     }
 }
 
-/// PostgreSQL's master, once it is ready for this forum.
-fn master(model: &Model) -> HookResult<Option<ConnectionString>> {
-    Ok(DB.databases(model)?.into_iter().find_map(|db| db.master))
-}
-
-fn configure_pod(model: &Model, master: Option<ConnectionString>) -> HookResult {
-    let Some(master) = master else {
-        model
-            .unit()
-            .set_status(Status::waiting("waiting for database"))?;
+/// Sets the pod spec (as leader) and the status from PostgreSQL's master, once it is ready
+/// for this forum; blocked on data from PostgreSQL that does not parse.
+fn configure(model: &Model) -> HookResult {
+    let databases = DB.databases(model)?;
+    let Some(master) = databases.iter().find_map(|db| db.master.clone()) else {
+        let status = match databases.iter().flat_map(|db| &db.problems).next() {
+            Some(bad) => Status::blocked(format!("bad data from {}: {}", bad.owner, bad.reason)),
+            None => Status::waiting("waiting for database"),
+        };
+        model.unit().set_status(status)?;
         return Ok(());
     };
     if model.is_leader() {
