@@ -2234,6 +2234,81 @@ mod sqlite_only {
         assert_eq!(store.queued("web/1").await.unwrap(), deployed);
     }
 
+    /// A host killed while it held the file leaves its write-ahead log and shared-memory
+    /// index behind; the next host must open it with the logged commits. The crash is the
+    /// files copied while the writer has them open, the index's header torn.
+    #[tokio::test]
+    async fn a_file_left_by_a_killed_host_opens_with_its_logged_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        let crashed = dir.path().join("crashed");
+        std::fs::create_dir(&crashed).unwrap();
+        let store = SqliteStore::open(&path, "test-model").unwrap();
+        let m = deploy(&store).await;
+        let fence = hold(&store, "web", "web/0", LONG).await;
+        store
+            .commit("web/0", None, &leader_hook(&m), Some(&fence))
+            .await
+            .unwrap();
+        for suffix in ["", "-wal", "-shm"] {
+            let from = dir.path().join(format!("model.db{suffix}"));
+            std::fs::copy(&from, crashed.join(format!("model.db{suffix}"))).unwrap();
+        }
+        drop(store);
+        let shm = crashed.join("model.db-shm");
+        let len = std::fs::metadata(&shm).unwrap().len() as usize;
+        std::fs::write(&shm, vec![0u8; len]).unwrap();
+        let reopened = SqliteStore::open(&crashed.join("model.db"), "test-model")
+            .expect("a crashed host's file opens");
+        let snapshot = reopened.snapshot("web/0").await.unwrap();
+        assert_eq!(
+            snapshot.leader_data["secret"], "s3cret",
+            "the logged commit is there"
+        );
+    }
+
+    /// A host killed inside a rollback-journal transaction (as when it dies while first
+    /// switching a new file to write-ahead logging) leaves a hot journal that a read-only
+    /// connection may not roll back: the file must still open, rolled back, not be
+    /// reported unavailable for ever.
+    #[tokio::test]
+    async fn a_hot_journal_left_by_a_killed_host_is_rolled_back_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        let crashed = dir.path().join("crashed");
+        std::fs::create_dir(&crashed).unwrap();
+        let units = {
+            let store = SqliteStore::open(&path, "test-model").unwrap();
+            deploy(&store).await;
+            store.units("web").await.unwrap()
+        };
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "DELETE", |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "delete");
+        // A small cache spills the transaction's pages into the file before it commits.
+        conn.execute_batch(
+            "PRAGMA cache_size = 1; BEGIN IMMEDIATE;
+             CREATE TABLE scratch (b BLOB);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200)
+             INSERT INTO scratch SELECT randomblob(4000) FROM n;",
+        )
+        .unwrap();
+        let journal = dir.path().join("model.db-journal");
+        assert!(journal.exists(), "the transaction has a journal");
+        for suffix in ["", "-journal"] {
+            let from = dir.path().join(format!("model.db{suffix}"));
+            std::fs::copy(&from, crashed.join(format!("model.db{suffix}"))).unwrap();
+        }
+        conn.execute_batch("ROLLBACK").unwrap();
+        drop(conn);
+        let reopened = SqliteStore::open(&crashed.join("model.db"), "test-model")
+            .expect("a file with a hot journal opens");
+        assert_eq!(reopened.units("web").await.unwrap(), units);
+        assert!(!crashed.join("model.db-journal").exists(), "rolled back");
+    }
+
     #[tokio::test]
     async fn newer_schema_is_refused_and_file_untouched() {
         let dir = tempfile::tempdir().unwrap();

@@ -18,7 +18,7 @@ use charm_host::model::{Changes, RelationView, UnitSnapshot, app_of};
 use charm_host::store::Fence;
 use charm_sdk::log::Level;
 use charm_sdk::testing::{
-    ActionOutput, Faults, HookRunner, LogLine, Outcome, Output, PodSpecState, State,
+    ActionOutput, Faults, HookRunner, LogLine, Outcome, Output, PodSpecState, State, fill_peer_app,
 };
 use charm_sdk::{ConfigValue, Event};
 
@@ -206,22 +206,6 @@ impl HookRunner for WasmContext {
             // The host keeps custom events inside the guest; they are in its debug log.
             emitted: Vec::new(),
         }
-    }
-}
-
-/// As `charm_sdk::testing::Context` does: an event built from a peer `Relation` names this
-/// application on the other side, as the host's own events do.
-fn fill_peer_app(event: &mut Event, state: &State, app: &str) {
-    let rel = match event {
-        Event::RelationCreated(r)
-        | Event::RelationJoined(r)
-        | Event::RelationChanged(r)
-        | Event::RelationDeparted(r)
-        | Event::RelationBroken(r) => r,
-        _ => return,
-    };
-    if rel.remote_app.is_empty() && state.relation_by_id(rel.id).is_some_and(|r| r.peer) {
-        rel.remote_app = app.to_string();
     }
 }
 

@@ -104,14 +104,18 @@ impl SqliteStore {
     /// ([`StoreError::Corrupt`]), one written by a newer host, by another program or for
     /// another model ([`StoreError::Incompatible`]).
     pub fn open(path: &Path, model: &str) -> Result<Self, StoreError> {
-        if check_header(path)? {
-            probe(path)?;
-        }
+        let checked = !check_header(path)? || probe(path)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(|e| open_err(path, e))?;
         conn.busy_timeout(BUSY_TIMEOUT).db()?;
+        if !checked {
+            // Reading recovers the log's index; the database itself is not written before
+            // the check passes.
+            let (version, tables) = read_version(&conn).map_err(|e| open_err(path, e))?;
+            check_version(path, version, tables)?;
+        }
         let mode: String = conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
             .db()?;
@@ -202,23 +206,33 @@ fn check_header(path: &Path) -> Result<bool, StoreError> {
 }
 
 /// Checks an existing file on a read-only connection, so that refusing it writes nothing
-/// (a read-write connection would set WAL mode, and checkpoint on close).
-fn probe(path: &Path) -> Result<(), StoreError> {
+/// (a read-write connection would set WAL mode, and checkpoint on close). `Ok(false)`: a
+/// read-only connection cannot read it, because a host killed while writing left a log
+/// whose index only a writer may rebuild; the caller checks it once it has opened it.
+fn probe(path: &Path) -> Result<bool, StoreError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(|e| open_err(path, e))?;
     conn.busy_timeout(BUSY_TIMEOUT).db()?;
-    let version: i32 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .map_err(|e| open_err(path, e))?;
-    // Reading the schema makes SQLite parse the whole header and the schema table.
-    let tables: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM sqlite_schema WHERE type = 'table'",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(|e| open_err(path, e))?;
-    check_version(path, version, tables)
+    match read_version(&conn) {
+        Ok((version, tables)) => check_version(path, version, tables).map(|()| true),
+        Err(e) if e.sqlite_error_code() == Some(ErrorCode::ReadOnly) => {
+            tracing::info!(path = %path.display(), error = %e, "recovering a crashed host's log");
+            Ok(false)
+        }
+        Err(e) => Err(open_err(path, e)),
+    }
+}
+
+/// The schema version, and how many tables there are; reading the schema makes SQLite
+/// parse the whole header and the schema table.
+fn read_version(conn: &Connection) -> rusqlite::Result<(i32, i64)> {
+    let version: i32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let tables: i64 = conn.query_row(
+        "SELECT count(*) FROM sqlite_schema WHERE type = 'table'",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok((version, tables))
 }
 
 fn check_version(path: &Path, version: i32, tables: i64) -> Result<(), StoreError> {

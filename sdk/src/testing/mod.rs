@@ -490,8 +490,19 @@ impl<C: Charm> HookRunner for Context<C> {
 }
 
 /// A peer relation's events name this application on the other side, as the host's do;
-/// [`Relation::changed`] and its siblings cannot know the application's name.
-fn fill_peer_app(event: &mut Event, state: &State, app: &str) {
+/// [`Relation::changed`] and its siblings cannot know the application's name, so a
+/// [`HookRunner`] fills it in from the unit's application `app`.
+///
+/// ```
+/// use charm_sdk::testing::{fill_peer_app, Relation, State};
+///
+/// let cluster = Relation::peer(2, "cluster");
+/// let state = State::default().relation(cluster.clone());
+/// let mut event = cluster.changed(Some("kv/1"));
+/// fill_peer_app(&mut event, &state, "kv");
+/// assert_eq!(event.relation().unwrap().remote_app, "kv");
+/// ```
+pub fn fill_peer_app(event: &mut Event, state: &State, app: &str) {
     let rel = match event {
         Event::RelationCreated(r)
         | Event::RelationJoined(r)
@@ -506,7 +517,11 @@ fn fill_peer_app(event: &mut Event, state: &State, app: &str) {
 }
 
 /// The application part of a unit name: `kv` for `kv/0`.
-fn app_of(unit: &str) -> &str {
+///
+/// ```
+/// assert_eq!(charm_sdk::testing::app_of("kv/0"), "kv");
+/// ```
+pub fn app_of(unit: &str) -> &str {
     unit.split_once('/').map_or(unit, |(app, _)| app)
 }
 
