@@ -263,11 +263,14 @@ impl Controller {
             .unwrap_or_else(|e| e.into_inner())
             .insert(app.to_string(), executor.clone());
         let mut names = Vec::new();
+        // Every unit is in the store before any agent runs, so the first leader's
+        // leader-settings-changed reaches all of its followers.
         for _ in 0..units {
             // The store queues the unit's install, config-changed and start with it.
-            let unit = self.shared.store.add_unit(app).await?;
-            self.start_agent(&unit, executor.clone()).await?;
-            names.push(unit);
+            names.push(self.shared.store.add_unit(app).await?);
+        }
+        for unit in &names {
+            self.start_agent(unit, executor.clone()).await?;
         }
         self.ensure_peer_relations(&record).await?;
         Ok(names)

@@ -40,10 +40,15 @@ async fn leader_elected_and_leader_settings_changed_reach_the_right_units() {
         let heard = history
             .iter()
             .any(|r| r.unit == unit && r.hook == "leader-settings-changed");
+        let ran: Vec<(&str, bool)> = history
+            .iter()
+            .filter(|r| r.unit == unit)
+            .map(|r| (r.hook.as_str(), r.leader))
+            .collect();
         assert_eq!(
             heard,
             unit != leader,
-            "{unit}: leader-settings-changed on followers only"
+            "{unit}: leader-settings-changed on followers only; it ran {ran:?}; leader {leader}"
         );
     }
 }
