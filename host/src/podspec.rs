@@ -44,7 +44,13 @@ fn join(path: &str, key: &str) -> String {
 }
 
 fn parse(text: &str) -> Result<Value, FieldError> {
-    // JSON is YAML, so one parser takes both forms charms send.
+    // The SDK sends JSON, which a JSON parser reads several times faster than a YAML one;
+    // JSON is YAML, so anything else (and any error message) is the YAML parser's.
+    if text.trim_start().starts_with('{')
+        && let Ok(value) = serde_json::from_str::<Value>(text)
+    {
+        return Ok(value);
+    }
     serde_yaml::from_str::<Value>(text)
         .map_err(|e| err("(document)", format!("not valid YAML or JSON: {e}")))
 }
@@ -356,6 +362,21 @@ pub fn validate(spec: &str, k8s_resources: Option<&str>) -> Result<PodSpecWrite,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_and_yaml_read_the_same_and_bad_json_gets_the_yaml_error() {
+        let json = r#"{"version": 3, "containers": [{"name": "web", "image": "nginx", "ports": [{"containerPort": 80}]}]}"#;
+        let yaml = "version: 3\ncontainers:\n- name: web\n  image: nginx\n  ports: [{containerPort: 80}]\n";
+        assert_eq!(parse(json).unwrap(), parse(yaml).unwrap());
+        assert_eq!(validate(json, None).unwrap(), validate(yaml, None).unwrap());
+        let broken = parse(r#"{"version": 3, "containers": ["#).unwrap_err();
+        assert_eq!(broken.field, "(document)");
+        assert!(
+            broken.reason.starts_with("not valid YAML or JSON"),
+            "{}",
+            broken.reason
+        );
+    }
 
     fn field(spec: &str) -> String {
         match validate(spec, None) {
