@@ -60,6 +60,9 @@ struct Inner {
     apps: BTreeMap<String, AppEntry>,
     units: BTreeMap<String, UnitEntry>,
     relations: BTreeMap<RelationId, RelationEntry>,
+    /// Each application's relations, so a hook's snapshot and commit cost what the unit's
+    /// relations cost, not what the whole model's do.
+    app_relations: BTreeMap<String, Vec<RelationId>>,
     next_relation: RelationId,
     next_seq: u64,
 }
@@ -307,7 +310,14 @@ impl StateStore for MemoryStore {
                 r.record.endpoints.len() == endpoints.len()
                     && r.record.endpoints.iter().all(|e| endpoints.contains(e))
             };
-            if let Some(existing) = inner.relations.values().find(|r| same(r)) {
+            let existing = inner
+                .app_relations
+                .get(endpoints.first().map_or("", |e| e.app.as_str()))
+                .into_iter()
+                .flatten()
+                .map(|id| &inner.relations[id])
+                .find(|r| same(r));
+            if let Some(existing) = existing {
                 return Err(StoreError::AlreadyExists(format!(
                     "relation {}",
                     existing.record.id
@@ -327,6 +337,15 @@ impl StateStore for MemoryStore {
                     app_bags: BTreeMap::new(),
                 },
             );
+            let mut apps: Vec<&str> = record.endpoints.iter().map(|e| e.app.as_str()).collect();
+            apps.dedup();
+            for app in apps {
+                inner
+                    .app_relations
+                    .entry(app.to_string())
+                    .or_default()
+                    .push(record.id);
+            }
             let hooks = relation_hooks(&record, |app| inner.units_of(app));
             let queued = inner.enqueue(hooks);
             Ok((record, queued))
@@ -364,7 +383,8 @@ impl StateStore for MemoryStore {
             }
             config.extend(app.record.config.clone());
             let mut relations = BTreeMap::new();
-            for rel in inner.relations.values() {
+            let ids = inner.app_relations.get(app_name).into_iter().flatten();
+            for rel in ids.map(|id| &inner.relations[id]) {
                 let (Some(local), Some(remote)) =
                     (rel.record.local(app_name), rel.record.remote(app_name))
                 else {
@@ -549,8 +569,14 @@ impl StateStore for MemoryStore {
             if let Some(seq) = hook {
                 u.queue.retain(|(s, _)| *s != seq);
             }
-            let relations: Vec<RelationRecord> =
-                inner.relations.values().map(|r| r.record.clone()).collect();
+            // Only the relations whose bags changed can route follow-ups.
+            let relations: Vec<RelationRecord> = receipt
+                .unit_bags_changed
+                .iter()
+                .chain(&receipt.app_bags_changed)
+                .filter_map(|id| inner.relations.get(id))
+                .map(|r| r.record.clone())
+                .collect();
             let hooks = follow_ups(unit, &receipt, &relations, |app| inner.units_of(app));
             let queued = inner.enqueue(hooks);
             Ok(Committed { receipt, queued })
