@@ -2114,7 +2114,7 @@ mod sqlite_only {
     }
 
     #[tokio::test]
-    async fn version_1_file_migrates_to_version_2() {
+    async fn version_1_file_migrates_to_the_current_version() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.db");
         let spec = json!({"containers": [{"name": "web"}]});
@@ -2157,7 +2157,7 @@ mod sqlite_only {
         assert_eq!(user_version(&path), 1);
 
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 2);
+        assert_eq!(user_version(&path), 3);
         let snap = store.snapshot("web/0").await.unwrap();
         assert_eq!(snap.stored["k"], "v", "version 1 data was lost");
         assert_eq!(snap.elected_term, None);
@@ -2226,12 +2226,62 @@ mod sqlite_only {
             .collect();
         assert_eq!(revisions, [3, 4]);
 
-        // Reopening a version 2 file migrates nothing and keeps the queues.
+        // Reopening a current file migrates nothing and keeps the queues.
         drop(store);
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 2);
+        assert_eq!(user_version(&path), 3);
         assert_eq!(store.queued("web/0").await.unwrap(), queued[1..]);
         assert_eq!(store.queued("web/1").await.unwrap(), deployed);
+    }
+
+    /// A version 2 file's relations are indexed by application when it migrates to 3:
+    /// snapshots, commits' follow-ups and the duplicate check find them.
+    #[tokio::test]
+    async fn version_2_relations_are_indexed_by_application_on_migration() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        let (m, before) = {
+            let store = SqliteStore::open(&path, "test-model").unwrap();
+            let m = deploy(&store).await;
+            (m, store.snapshot("web/0").await.unwrap())
+        };
+        assert!(!before.relations.is_empty());
+        {
+            // What a version 2 host left: no index.
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch("DROP TABLE relation_apps; PRAGMA user_version = 2;")
+                .unwrap();
+        }
+        let store = SqliteStore::open(&path, "test-model").unwrap();
+        assert_eq!(user_version(&path), 3);
+        assert_eq!(store.snapshot("web/0").await.unwrap(), before);
+        let fence = hold(&store, "web", "web/0", LONG).await;
+        let committed = store
+            .commit("web/0", None, &leader_hook(&m), Some(&fence))
+            .await
+            .unwrap();
+        assert!(
+            committed
+                .queued
+                .iter()
+                .any(|q| matches!(&q.hook, Hook::RelationChanged(r) if r.id == m.web_db.id)),
+            "the commit's follow-ups reach the other side: {:?}",
+            committed.queued
+        );
+        let again = store.add_relation("pgsql", before_endpoints(&store, m.web_db.id).await);
+        assert!(matches!(again.await, Err(StoreError::AlreadyExists(_))));
+    }
+
+    async fn before_endpoints(
+        store: &SqliteStore,
+        id: charm_host::model::RelationId,
+    ) -> Vec<RelationEndpoint> {
+        let relations = store.relations().await.unwrap();
+        relations
+            .into_iter()
+            .find(|r| r.id == id)
+            .unwrap()
+            .endpoints
     }
 
     /// A host killed while it held the file leaves its write-ahead log and shared-memory

@@ -80,13 +80,16 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 
 /// Migration `i` moves the schema from version `i` to `i + 1`. Append; never edit.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
 
 /// Version 1: the model, leases and terms.
 const SCHEMA_V1: &str = include_str!("schema/v1.sql");
 
 /// Version 2: hook queues, `units.elected_term`, pod spec history.
 const SCHEMA_V2: &str = include_str!("schema/v2.sql");
+
+/// Version 3: `relation_apps`, each application's relations.
+const SCHEMA_V3: &str = include_str!("schema/v3.sql");
 
 /// The first bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
@@ -586,11 +589,32 @@ fn read_relation_bags(
 }
 
 fn read_relations(conn: &Connection) -> Result<Vec<RelationRecord>, StoreError> {
-    let mut stmt = conn
-        .prepare_cached("SELECT id, interface, endpoints FROM relations ORDER BY id")
-        .db()?;
+    relations_where(
+        conn,
+        "SELECT id, interface, endpoints FROM relations ORDER BY id",
+        None,
+    )
+}
+
+/// The relations `app` takes part in, by id.
+fn relations_of(conn: &Connection, app: &str) -> Result<Vec<RelationRecord>, StoreError> {
+    relations_where(
+        conn,
+        "SELECT r.id, r.interface, r.endpoints FROM relation_apps a
+         JOIN relations r ON r.id = a.relation WHERE a.app = ?1 ORDER BY r.id",
+        Some(app),
+    )
+}
+
+fn relations_where(
+    conn: &Connection,
+    sql: &str,
+    app: Option<&str>,
+) -> Result<Vec<RelationRecord>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql).db()?;
+    let params: Vec<&dyn rusqlite::ToSql> = app.iter().map(|a| a as &dyn rusqlite::ToSql).collect();
     let rows = stmt
-        .query_map([], |r| {
+        .query_map(params.as_slice(), |r| {
             Ok((
                 r.get::<_, i64>(0)?,
                 r.get::<_, String>(1)?,
@@ -927,10 +951,11 @@ fn commit_in(
     }
 
     // The hooks the changes fire, queued in this transaction so none is lost.
+    // A unit writes only its application's bags: their relations route the follow-ups.
     let relations = if receipt.unit_bags_changed.is_empty() && receipt.app_bags_changed.is_empty() {
         Vec::new()
     } else {
-        read_relations(conn)?
+        relations_of(conn, app_of(unit))?
     };
     let follow_ups = with_units_of(conn, |units_of| {
         routing::follow_ups(unit, &receipt, &relations, units_of)
@@ -971,7 +996,7 @@ fn snapshot_in(conn: &Connection, model: &str, unit: &str) -> Result<UnitSnapsho
     config.extend(record.config);
 
     let mut relations = BTreeMap::new();
-    for rel in read_relations(conn)? {
+    for rel in relations_of(conn, app_name)? {
         let (Some(local), Some(remote)) = (rel.local(app_name), rel.remote(app_name)) else {
             continue;
         };
@@ -1240,7 +1265,8 @@ impl StateStore for SqliteStore {
                     return Err(not_found(format!("application {}", e.app)));
                 }
             }
-            if let Some(existing) = read_relations(&tx)?
+            let first = endpoints.first().map_or("", |e| e.app.as_str());
+            if let Some(existing) = relations_of(&tx, first)?
                 .into_iter()
                 .find(|r| same_endpoints(&r.endpoints, &endpoints))
             {
@@ -1259,6 +1285,13 @@ impl StateStore for SqliteStore {
                 interface.to_string(),
                 &encode(&endpoints),
             )?;
+            for e in &endpoints {
+                tx.prepare_cached(
+                    "INSERT OR IGNORE INTO relation_apps (app, relation) VALUES (?1, ?2)",
+                )
+                .and_then(|mut s| s.execute(rusqlite::params![e.app, record.id]))
+                .db()?;
+            }
             let hooks = with_units_of(&tx, |units_of| routing::relation_hooks(&record, units_of))?;
             let queued = enqueue_in(&tx, hooks)?;
             tx.commit().db()?;
