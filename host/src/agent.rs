@@ -196,8 +196,6 @@ impl UnitAgent {
         // Stores that watch for changes wake the agent when another host queues a hook.
         let signal = self.store.clone().queue_signal(&self.unit);
         let mut elected_term = self.elected_term;
-        // Whether this agent has seen the unit lead since it started.
-        let mut has_led = false;
         let mut failures = 0u32;
         let mut transient_failures = 0u32;
         loop {
@@ -216,7 +214,6 @@ impl UnitAgent {
                             .any(|p| p.hook == Hook::Install || p.hook == Hook::LeaderElected) =>
                 {
                     elected_term = Some(term);
-                    has_led = true;
                     self.shared.pending.add(1);
                     // Before anything else queued, but never ahead of a hook being retried.
                     let at = if failures > 0 { 1 } else { 0 };
@@ -225,15 +222,6 @@ impl UnitAgent {
                         hook: Hook::LeaderElected,
                     };
                     self.queue.insert(at.min(self.queue.len()), elected);
-                }
-                Leadership::Leader { .. } => has_led = true,
-                // Hooks may now run as a non-leader; if the unit leads again, even in the
-                // same term (a lease that outlived a store outage longer than the
-                // guarantee), the charm must hear leader-elected to catch up on what it
-                // handled as a follower.
-                _ if has_led => {
-                    has_led = false;
-                    elected_term = None;
                 }
                 _ => {}
             }
