@@ -124,6 +124,17 @@ pub enum HookResultKind {
     StoreUnavailable,
 }
 
+/// How a hook attempt that did not fail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ran {
+    /// Committed, with `is_leader` true throughout.
+    AsLeader,
+    /// Committed, with `is_leader` false throughout.
+    AsFollower,
+    /// Not run: a leader-elected hook whose leadership was already gone.
+    Skipped,
+}
+
 /// Why a hook attempt did not commit.
 #[derive(Debug)]
 enum Failure {
@@ -196,6 +207,12 @@ impl UnitAgent {
         // Stores that watch for changes wake the agent when another host queues a hook.
         let signal = self.store.clone().queue_signal(&self.unit);
         let mut elected_term = self.elected_term;
+        // Whether leader-elected is owed even in the term it last ran for: a hook committed
+        // as a follower's, or leader-elected was skipped, since. A unit that leads again in
+        // the same term (a lease that outlived a store outage longer than the guarantee)
+        // must hear leader-elected to catch up on what it handled as a follower; Juju's
+        // uniter does the same.
+        let mut election_owed = false;
         let mut failures = 0u32;
         let mut transient_failures = 0u32;
         loop {
@@ -207,13 +224,14 @@ impl UnitAgent {
                 // After install (Juju's order), once per term: the store records the term
                 // with the hook's commit, so a restarted host does not run it twice.
                 Leadership::Leader { term, .. }
-                    if elected_term != Some(term)
+                    if (elected_term != Some(term) || election_owed)
                         && !self
                             .queue
                             .iter()
                             .any(|p| p.hook == Hook::Install || p.hook == Hook::LeaderElected) =>
                 {
                     elected_term = Some(term);
+                    election_owed = false;
                     self.shared.pending.add(1);
                     // Before anything else queued, but never ahead of a hook being retried.
                     let at = if failures > 0 { 1 } else { 0 };
@@ -251,7 +269,11 @@ impl UnitAgent {
                 continue;
             };
             match self.attempt(seq, &hook, &tracker).await {
-                Ok(()) => {
+                Ok(ran) => {
+                    // A skipped leader-elected is owed too, should the unit lead again.
+                    if ran != Ran::AsLeader {
+                        election_owed = true;
+                    }
                     self.queue.pop_front();
                     self.shared.pending.done(1);
                     if failures > 0 {
@@ -308,7 +330,11 @@ impl UnitAgent {
         seq: Option<u64>,
         hook: &Hook,
         tracker: &LeadershipTracker,
-    ) -> Result<(), Failure> {
+    ) -> Result<Ran, Failure> {
+        // A leader whose renewal is due waits for it (at most until its guarantee ends)
+        // rather than run this hook as a follower's for want of a few hundred ms.
+        let min_remaining = self.charm_margin() * 2;
+        tracker.renewed(min_remaining).await;
         let snapshot = self
             .store
             .snapshot(&self.unit)
@@ -316,7 +342,6 @@ impl UnitAgent {
             .map_err(|e| Failure::Transient(HookResultKind::StoreUnavailable, e.to_string()))?;
         // Pin leadership for the whole hook: a leader hook needs room to run before its
         // guarantee would end.
-        let min_remaining = self.charm_margin() * 2;
         let pinned = tracker.pin(min_remaining);
         if *hook == Hook::LeaderElected && pinned.is_none() {
             // Leadership was lost before the hook could run: it no longer applies.
@@ -330,7 +355,7 @@ impl UnitAgent {
                 pod_spec_revision: None,
                 refused_not_leader: false,
             });
-            return Ok(());
+            return Ok(Ran::Skipped);
         }
         let (fence, guarantee) = match pinned {
             Some((fence, guarantee)) => (Some(fence), Some(guarantee)),
@@ -410,9 +435,14 @@ impl UnitAgent {
                     refused_not_leader = record.refused_not_leader,
                     "hook committed"
                 );
+                let ran = if record.leader {
+                    Ran::AsLeader
+                } else {
+                    Ran::AsFollower
+                };
                 self.shared.record(record);
                 self.shared.notify(committed.queued);
-                Ok(())
+                Ok(ran)
             }
             Err(failure) => {
                 (record.result, record.outcome) = match &failure {

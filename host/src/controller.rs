@@ -479,21 +479,42 @@ impl Controller {
             },
         ];
         // Relating again what is already related (a resumed bundle) changes nothing.
-        let existing =
-            self.shared.store.relations().await?.into_iter().find(|r| {
-                r.endpoints.len() == 2 && r.endpoints.iter().all(|e| endpoints.contains(e))
-            });
-        if let Some(existing) = existing {
+        if let Some(existing) = self.relation_between(&endpoints).await? {
             return Ok(existing);
         }
         // The store queues relation-created, -joined and -changed with the relation.
-        let (record, queued) = self
+        match self
             .shared
             .store
-            .add_relation(&ep_a.interface, endpoints)
-            .await?;
-        self.shared.notify(queued);
-        Ok(record)
+            .add_relation(&ep_a.interface, endpoints.clone())
+            .await
+        {
+            Ok((record, queued)) => {
+                self.shared.notify(queued);
+                Ok(record)
+            }
+            // Another host sharing the store related them since we looked, or an earlier
+            // attempt of ours did and its answer was lost with the connection.
+            Err(StoreError::AlreadyExists(what)) => self
+                .relation_between(&endpoints)
+                .await?
+                .ok_or(ControllerError::Store(StoreError::AlreadyExists(what))),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The relation between exactly these two endpoints, if the store has it.
+    async fn relation_between(
+        &self,
+        endpoints: &[RelationEndpoint],
+    ) -> Result<Option<RelationRecord>, ControllerError> {
+        Ok(self
+            .shared
+            .store
+            .relations()
+            .await?
+            .into_iter()
+            .find(|r| r.endpoints.len() == 2 && r.endpoints.iter().all(|e| endpoints.contains(e))))
     }
 
     /// Waits until no hook is queued or running on any unit.

@@ -40,7 +40,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep_until, timeout};
+use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 
 use crate::charm::GuaranteeWatch;
 use crate::store::{Claim, Fence, LeaseError, LeaseStore};
@@ -209,6 +209,29 @@ impl LeadershipTracker {
                 Some((fence, watch))
             }
             _ => None,
+        }
+    }
+
+    /// When this unit leads with less than `min_remaining` of guarantee left, waits for
+    /// the renewal, at most until the guarantee ends (when it gives leadership up);
+    /// otherwise returns at once. A hook that starts just before a renewal is due then
+    /// runs as the leader's rather than as a follower's.
+    pub async fn renewed(&self, min_remaining: Duration) {
+        let mut rx = self.rx.clone();
+        let short = |l: &Leadership| match *l {
+            Leadership::Leader {
+                guarantee_until, ..
+            } if Instant::now() + min_remaining >= guarantee_until => Some(guarantee_until),
+            _ => None,
+        };
+        let Some(deadline) = short(&rx.borrow_and_update()) else {
+            return;
+        };
+        loop {
+            match timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) if short(&rx.borrow_and_update()).is_some() => continue,
+                _ => return,
+            }
         }
     }
 

@@ -110,7 +110,11 @@ impl Model {
             .args(["--renew-interval", "0.5"])
             .args(["--retry-period", &RETRY.as_secs_f64().to_string()])
             .args(["--drift-margin", "1.5"])
-            .env("RUST_LOG", "charm_host::agent=debug")
+            .env(
+                "RUST_LOG",
+                "charm_host::agent=debug,charm_host::leadership=info",
+            )
+            .env("RUST_BACKTRACE", "0")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
             .spawn()
@@ -190,12 +194,37 @@ impl Model {
             }
             assert!(
                 start.elapsed() < limit,
-                "not settled within {limit:?}: {:?}\n{}",
+                "not settled within {limit:?}: {:?}\n{}\n{}",
                 self.status(),
+                self.unsettled(),
                 self.log_tails()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// What each leader last ran leader-elected for, and what each unit has queued.
+    fn unsettled(&self) -> String {
+        let mut out = String::new();
+        for app in ["discourse", "postgresql"] {
+            let leader = self.leader(app);
+            let elected = leader.as_ref().map(|(unit, _)| {
+                self.rt
+                    .block_on(self.store.snapshot(unit))
+                    .map(|s| s.elected_term)
+            });
+            out +=
+                &format!("{app}: leader and term {leader:?}, leader-elected ran for {elected:?}\n");
+            for i in 0..HOSTS {
+                let unit = format!("{app}/{i}");
+                let queued = self
+                    .rt
+                    .block_on(self.store.queued(&unit))
+                    .map(|q| q.iter().map(|h| h.hook.name()).collect::<Vec<_>>());
+                out += &format!("  {unit} queued: {queued:?}\n");
+            }
+        }
+        out
     }
 
     /// Leader commits by (application, term), from every host's log; fails if two units
