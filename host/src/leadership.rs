@@ -359,3 +359,76 @@ async fn renew_loop(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+    use crate::store::faults::{FaultPlan, FaultyStore};
+
+    fn config() -> LeadershipConfig {
+        LeadershipConfig {
+            lease_duration: Duration::from_secs(15),
+            renew_interval: Duration::from_secs(2),
+            retry_period: Duration::from_secs(1),
+            drift_margin: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(1),
+        }
+    }
+
+    async fn leading(tracker: &LeadershipTracker) {
+        let mut rx = tracker.subscribe();
+        rx.wait_for(|l| matches!(l, Leadership::Leader { .. }))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_whose_renewal_is_due_waits_for_it_and_then_pins() {
+        let store = Arc::new(MemoryStore::new("test"));
+        let tracker = LeadershipTracker::spawn(store, "app", "app/0", config(), 1);
+        leading(&tracker).await;
+        // 10 s of guarantee; 1.5 s on, 8.5 s are left, short of the 9 s asked for.
+        let wanted = Duration::from_secs(9);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(tracker.pin(wanted).is_none());
+        let before = Instant::now();
+        tracker.renewed(wanted).await;
+        // The renewal at 2 s gave a fresh 10 s: the wait ended there, not at the deadline.
+        assert_eq!(before.elapsed(), Duration::from_millis(500));
+        assert!(tracker.pin(wanted).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_with_room_or_a_follower_does_not_wait() {
+        let store: Arc<MemoryStore> = Arc::new(MemoryStore::new("test"));
+        let leader = LeadershipTracker::spawn(store.clone(), "app", "app/0", config(), 1);
+        leading(&leader).await;
+        let follower = LeadershipTracker::spawn(store, "app", "app/1", config(), 2);
+        let mut rx = follower.subscribe();
+        rx.wait_for(|l| matches!(l, Leadership::Follower { .. }))
+            .await
+            .unwrap();
+        let before = Instant::now();
+        leader.renewed(Duration::from_secs(1)).await;
+        follower.renewed(Duration::from_secs(1)).await;
+        assert_eq!(before.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_whose_renewal_never_comes_waits_until_its_guarantee_ends() {
+        let store = Arc::new(FaultyStore::new(
+            Arc::new(MemoryStore::new("test")),
+            FaultPlan::none(1),
+            None,
+        ));
+        let tracker = LeadershipTracker::spawn(store.clone(), "app", "app/0", config(), 1);
+        leading(&tracker).await;
+        let started = Instant::now();
+        // No renewal will come: the guarantee, 10 s from the claim, is the wait's limit.
+        store.set_unreachable(true);
+        tracker.renewed(Duration::from_secs(11)).await;
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        assert!(tracker.pin(Duration::ZERO).is_none());
+    }
+}

@@ -217,7 +217,10 @@ pub enum Event {
     Stop,
     /// The unit is being removed; its last hook.
     Remove,
-    /// This unit has just become its application's leader; it runs as leader.
+    /// This unit has just become its application's leader; it runs as leader. It runs
+    /// once per lease term, and again in the same term if the unit ran any hook as a
+    /// non-leader since (its leadership guarantee lapsed during a lease store outage and
+    /// came back): a charm reconciles its leader duties here.
     LeaderElected,
     /// The leader changed the leader settings; runs on the other units.
     LeaderSettingsChanged,

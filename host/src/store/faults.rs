@@ -3,6 +3,7 @@
 //! and the store. Used by the tests, `charm-host sim` and `charm-host run --faults`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -136,6 +137,8 @@ pub struct FaultyStore {
     rng: Mutex<StdRng>,
     start: Instant,
     observer: Option<Arc<dyn StoreObserver>>,
+    /// An outage the caller starts and ends (`set_unreachable`), besides the plan's.
+    unreachable: AtomicBool,
 }
 
 enum Fate {
@@ -159,7 +162,14 @@ impl FaultyStore {
             rng,
             start: Instant::now(),
             observer,
+            unreachable: AtomicBool::new(false),
         }
+    }
+
+    /// Starts (`true`) or ends an outage now, whatever the plan says: every call the
+    /// plan's outages would cover hangs until it ends.
+    pub fn set_unreachable(&self, unreachable: bool) {
+        self.unreachable.store(unreachable, Ordering::SeqCst);
     }
 
     /// The plan.
@@ -173,7 +183,7 @@ impl FaultyStore {
     }
 
     fn fate(&self) -> Fate {
-        if self.plan.in_outage(self.start.elapsed()) {
+        if self.unreachable.load(Ordering::SeqCst) || self.plan.in_outage(self.start.elapsed()) {
             return Fate::Hang;
         }
         let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
