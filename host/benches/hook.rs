@@ -18,7 +18,7 @@
 //! the ratios against the floor of this same run, which criterion's summary does not give;
 //! they are also written to `target/bench-results/hook.json` (for `peer/run.sh`). With
 //! `HOOK_BENCH_PLAIN_ONLY=1` only the plain loops run. `HOOK_BENCH_PROFILE=<case>` runs
-//! just that case 2,000 times and exits, for a profiler:
+//! just that case 2,000 times (`HOOK_BENCH_PROFILE_RUNS` to change) and exits, for a profiler:
 //! `HOOK_BENCH_PROFILE=full_hook/memory valgrind --tool=callgrind target/release/deps/hook-*`
 //!
 //! `cargo bench -p charm-host --bench hook`
@@ -241,7 +241,11 @@ fn main() {
             "is_leader" => Box::new(is_leader(IS_LEADER_CALLS)),
             other => panic!("no case {other}"),
         };
-        for _ in 0..2_000 {
+        let runs: u32 = std::env::var("HOOK_BENCH_PROFILE_RUNS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(2_000);
+        for _ in 0..runs {
             f();
         }
         return;
