@@ -223,8 +223,11 @@ impl UnitAgent {
             match current {
                 // After install (Juju's order), once per term: the store records the term
                 // with the hook's commit, so a restarted host does not run it twice.
+                // Only while the hook could run as leader: queued with too little guarantee
+                // left it would be skipped, owed again and queued again at once.
                 Leadership::Leader { term, .. }
                     if (elected_term != Some(term) || election_owed)
+                        && tracker.can_pin(self.min_remaining())
                         && !self
                             .queue
                             .iter()
@@ -333,7 +336,7 @@ impl UnitAgent {
     ) -> Result<Ran, Failure> {
         // A leader whose renewal is due waits for it (at most until its guarantee ends)
         // rather than run this hook as a follower's for want of a few hundred ms.
-        let min_remaining = self.charm_margin() * 2;
+        let min_remaining = self.min_remaining();
         tracker.renewed(min_remaining).await;
         let snapshot = self
             .store
@@ -457,6 +460,11 @@ impl UnitAgent {
 
     fn charm_margin(&self) -> Duration {
         self.shared.guarantee_margin
+    }
+
+    /// The guarantee a hook needs left to start as leader: room to run before it ends.
+    fn min_remaining(&self) -> Duration {
+        self.charm_margin() * 2
     }
 }
 

@@ -188,6 +188,12 @@ impl LeadershipTracker {
         self.rx.clone()
     }
 
+    /// Whether [`pin`](Self::pin) would pin leadership now.
+    pub fn can_pin(&self, min_remaining: Duration) -> bool {
+        matches!(*self.rx.borrow(), Leadership::Leader { guarantee_until, .. }
+            if Instant::now() + min_remaining < guarantee_until)
+    }
+
     /// The leadership to pin for a hook starting now: a fence if this unit leads with at
     /// least `min_remaining` of guarantee left, and the watch on that guarantee.
     pub fn pin(&self, min_remaining: Duration) -> Option<(Fence, Arc<dyn GuaranteeWatch>)> {

@@ -298,7 +298,9 @@ pub struct Changes {
     /// Writes to the unit's stored state.
     pub stored: BagWrites,
     /// Set by the host on a leader-elected hook: the term it was elected for, recorded so a
-    /// restarted host does not run leader-elected twice for one term.
+    /// restarted host does not run leader-elected twice for one term. A commit without a
+    /// fence (a hook run as a follower) clears the record: should the unit lead again,
+    /// even in that term, leader-elected is owed.
     pub elected_term: Option<u64>,
     /// What an action hook reported for its operator. Not kept by the stores: it goes back
     /// with the hook's run.
@@ -382,8 +384,8 @@ pub struct UnitSnapshot {
     pub app_status: Status,
     /// The unit's stored state.
     pub stored: Bag,
-    /// The last term for which the unit ran leader-elected (host bookkeeping; hooks do not
-    /// see it).
+    /// The last term for which the unit ran leader-elected, unless it has run a hook as a
+    /// follower since (host bookkeeping; hooks do not see it).
     pub elected_term: Option<u64>,
 }
 

@@ -1578,29 +1578,37 @@ async fn fenced_out_commit_keeps_its_hook_queued(store: &dyn Store) {
 async fn elected_term_round_trips(store: &dyn Store) {
     deploy(store).await;
     assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, None);
+    let fence = hold(store, "web", "web/0", Duration::from_secs(30)).await;
     let elected = |term: u64| Changes {
         elected_term: Some(term),
         ..Changes::default()
     };
     let done = store
-        .commit("web/0", None, &elected(3), None)
+        .commit("web/0", None, &elected(fence.term), Some(&fence))
         .await
         .unwrap();
     assert_eq!(done, Committed::default());
-    assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, Some(3));
+    let term = Some(fence.term);
+    assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, term);
     assert_eq!(store.snapshot("web/1").await.unwrap().elected_term, None);
-    // A commit that does not set it keeps it.
+    // A leader's commit that does not set it keeps it.
     let other = Changes {
         stored: writes(&[("k", Some("v"))]),
         ..Changes::default()
     };
-    store.commit("web/0", None, &other, None).await.unwrap();
-    assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, Some(3));
     store
-        .commit("web/0", None, &elected(4), None)
+        .commit("web/0", None, &other, Some(&fence))
         .await
         .unwrap();
-    assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, Some(4));
+    assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, term);
+    // A hook run as a follower clears it: leader-elected is owed, even in this term.
+    store.commit("web/0", None, &other, None).await.unwrap();
+    assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, None);
+    store
+        .commit("web/0", None, &elected(fence.term), Some(&fence))
+        .await
+        .unwrap();
+    assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, term);
 }
 
 // ---------------------------------------------------------------- the suite, per backend

@@ -1460,6 +1460,9 @@ impl EtcdStore {
         apply_writes(&mut doc.stored, &changes.stored);
         if let Some(term) = changes.elected_term {
             doc.elected_term = Some(term);
+        } else if fence.is_none() {
+            // It ran as a follower: leader-elected is owed should it lead again.
+            doc.elected_term = None;
         }
         if doc != before_doc {
             ops.push(TxnOp::put(unit_key.as_str(), encode(&doc), None));

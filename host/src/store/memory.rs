@@ -565,6 +565,9 @@ impl StateStore for MemoryStore {
             apply_writes(&mut u.stored, &changes.stored);
             if let Some(term) = changes.elected_term {
                 u.elected_term = Some(term);
+            } else if fence.is_none() {
+                // It ran as a follower: leader-elected is owed should it lead again.
+                u.elected_term = None;
             }
             if let Some(seq) = hook {
                 u.queue.retain(|(s, _)| *s != seq);

@@ -948,6 +948,13 @@ fn commit_in(
         conn.prepare_cached("UPDATE units SET elected_term = ?2 WHERE name = ?1")
             .and_then(|mut s| s.execute(rusqlite::params![unit, term]))
             .db()?;
+    } else if fence.is_none() {
+        // It ran as a follower: leader-elected is owed should it lead again.
+        conn.prepare_cached(
+            "UPDATE units SET elected_term = NULL WHERE name = ?1 AND elected_term IS NOT NULL",
+        )
+        .and_then(|mut s| s.execute([unit]))
+        .db()?;
     }
 
     // The hooks the changes fire, queued in this transaction so none is lost.

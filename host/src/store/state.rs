@@ -203,7 +203,7 @@ pub trait StateStore: Send + Sync {
     /// In the same step: `hook` (the hook's sequence number; `None` for hooks the host
     /// generates, such as leader-elected) leaves the unit's queue, and must still be in it,
     /// so a commit applies at most once ([`CommitError::NotQueued`]); `changes.elected_term`
-    /// is recorded; and the hooks the changes fire on other units
+    /// is recorded, or, on a commit without a fence, the unit's record cleared; and the hooks the changes fire on other units
     /// ([`follow_ups`](super::routing::follow_ups)) are queued.
     fn commit<'a>(
         &'a self,
