@@ -221,10 +221,10 @@ impl UnitAgent {
             }
             let current = leadership.borrow_and_update().clone();
             match current {
-                // After install (Juju's order), once per term: the store records the term
-                // with the hook's commit, so a restarted host does not run it twice.
-                // Only while the hook could run as leader: queued with too little guarantee
-                // left it would be skipped, owed again and queued again at once.
+                // After install (Juju's order), once per term and again when owed: the store
+                // records the term with the hook's commit, so a restarted host does not run
+                // it twice. Only while the hook could run as leader: queued with too little
+                // guarantee left it would be skipped, owed again and queued again at once.
                 Leadership::Leader { term, .. }
                     if (elected_term != Some(term) || election_owed)
                         && tracker.can_pin(self.min_remaining())

@@ -372,14 +372,9 @@ mod tests {
     use crate::store::MemoryStore;
     use crate::store::faults::{FaultPlan, FaultyStore};
 
+    /// The defaults: a 15 s lease, a 10 s guarantee, renewed every 2 s.
     fn config() -> LeadershipConfig {
-        LeadershipConfig {
-            lease_duration: Duration::from_secs(15),
-            renew_interval: Duration::from_secs(2),
-            retry_period: Duration::from_secs(1),
-            drift_margin: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(1),
-        }
+        LeadershipConfig::default()
     }
 
     async fn leading(tracker: &LeadershipTracker) {
