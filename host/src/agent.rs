@@ -206,13 +206,11 @@ impl UnitAgent {
         .await;
         // Stores that watch for changes wake the agent when another host queues a hook.
         let signal = self.store.clone().queue_signal(&self.unit);
+        // Forgotten, as the store forgets it, once a hook commits as a follower's or
+        // leader-elected is skipped: a unit that leads again in the same term (a lease that
+        // outlived a store outage longer than the guarantee) must hear leader-elected to
+        // catch up on what it handled as a follower; Juju's uniter does the same.
         let mut elected_term = self.elected_term;
-        // Whether leader-elected is owed even in the term it last ran for: a hook committed
-        // as a follower's, or leader-elected was skipped, since. A unit that leads again in
-        // the same term (a lease that outlived a store outage longer than the guarantee)
-        // must hear leader-elected to catch up on what it handled as a follower; Juju's
-        // uniter does the same.
-        let mut election_owed = false;
         let mut failures = 0u32;
         let mut transient_failures = 0u32;
         loop {
@@ -226,7 +224,7 @@ impl UnitAgent {
                 // it twice. Only while the hook could run as leader: queued with too little
                 // guarantee left it would be skipped, owed again and queued again at once.
                 Leadership::Leader { term, .. }
-                    if (elected_term != Some(term) || election_owed)
+                    if elected_term != Some(term)
                         && tracker.can_pin(self.min_remaining())
                         && !self
                             .queue
@@ -234,7 +232,6 @@ impl UnitAgent {
                             .any(|p| p.hook == Hook::Install || p.hook == Hook::LeaderElected) =>
                 {
                     elected_term = Some(term);
-                    election_owed = false;
                     self.shared.pending.add(1);
                     // Before anything else queued, but never ahead of a hook being retried.
                     let at = if failures > 0 { 1 } else { 0 };
@@ -273,9 +270,9 @@ impl UnitAgent {
             };
             match self.attempt(seq, &hook, &tracker).await {
                 Ok(ran) => {
-                    // A skipped leader-elected is owed too, should the unit lead again.
+                    // Run as a follower, or leader-elected skipped: owed should it lead again.
                     if ran != Ran::AsLeader {
-                        election_owed = true;
+                        elected_term = None;
                     }
                     self.queue.pop_front();
                     self.shared.pending.done(1);
