@@ -190,32 +190,23 @@ impl LeadershipTracker {
 
     /// Whether [`pin`](Self::pin) would pin leadership now.
     pub fn can_pin(&self, min_remaining: Duration) -> bool {
-        matches!(*self.rx.borrow(), Leadership::Leader { guarantee_until, .. }
-            if Instant::now() + min_remaining < guarantee_until)
+        pinnable_term(&self.rx.borrow(), min_remaining).is_some()
     }
 
     /// The leadership to pin for a hook starting now: a fence if this unit leads with at
     /// least `min_remaining` of guarantee left, and the watch on that guarantee.
     pub fn pin(&self, min_remaining: Duration) -> Option<(Fence, Arc<dyn GuaranteeWatch>)> {
-        let now = Instant::now();
-        match *self.rx.borrow() {
-            Leadership::Leader {
-                term,
-                guarantee_until,
-            } if now + min_remaining < guarantee_until => {
-                let fence = Fence {
-                    app: self.app.clone(),
-                    holder: self.unit.clone(),
-                    term,
-                };
-                let watch = Arc::new(TermGuarantee {
-                    rx: self.rx.clone(),
-                    term,
-                });
-                Some((fence, watch))
-            }
-            _ => None,
-        }
+        let term = pinnable_term(&self.rx.borrow(), min_remaining)?;
+        let fence = Fence {
+            app: self.app.clone(),
+            holder: self.unit.clone(),
+            term,
+        };
+        let watch = Arc::new(TermGuarantee {
+            rx: self.rx.clone(),
+            term,
+        });
+        Some((fence, watch))
     }
 
     /// When this unit leads with less than `min_remaining` of guarantee left, waits for
@@ -227,7 +218,7 @@ impl LeadershipTracker {
         let short = |l: &Leadership| match *l {
             Leadership::Leader {
                 guarantee_until, ..
-            } if Instant::now() + min_remaining >= guarantee_until => Some(guarantee_until),
+            } if pinnable_term(l, min_remaining).is_none() => Some(guarantee_until),
             _ => None,
         };
         let Some(deadline) = short(&rx.borrow_and_update()) else {
@@ -250,6 +241,18 @@ impl LeadershipTracker {
 impl Drop for LeadershipTracker {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// The term a hook starting now may pin: this unit leads with more than `min_remaining` of
+/// guarantee left.
+fn pinnable_term(leadership: &Leadership, min_remaining: Duration) -> Option<u64> {
+    match *leadership {
+        Leadership::Leader {
+            term,
+            guarantee_until,
+        } if Instant::now() + min_remaining < guarantee_until => Some(term),
+        _ => None,
     }
 }
 
