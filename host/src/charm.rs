@@ -210,6 +210,8 @@ impl CharmRuntime {
             // A fresh instance maps the charm's initial memory copy-on-write (the default;
             // stated because hook cost depends on it).
             .memory_init_cow(true);
+        #[cfg(feature = "profiling")]
+        wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
         let engine = Engine::new(&wasm)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;

@@ -36,6 +36,7 @@
 
 #![deny(missing_docs)]
 
+pub mod arena;
 mod backend;
 mod config;
 mod custom;
@@ -49,6 +50,11 @@ mod relation;
 mod status;
 #[cfg(not(target_family = "wasm"))]
 pub mod testing;
+
+/// In a charm's instance, the hook arena serves allocations (see [`arena`]).
+#[cfg(all(target_family = "wasm", feature = "hook-arena"))]
+#[global_allocator]
+static HOOK_ARENA: arena::HookArena<{ arena::ARENA_BYTES }> = arena::HookArena::new();
 
 #[doc(hidden)]
 pub mod wit {

@@ -81,3 +81,37 @@ async fn an_infinite_loop_and_a_memory_bomb_fail_only_their_own_hooks() {
             .any(|r| r.unit == "calm/0" && r.hook == "start" && r.outcome == "ok")
     );
 }
+
+/// A hook that allocates and frees far more than its memory limit in all succeeds: the SDK's
+/// hook arena hands allocations to the standard allocator once it is used up, and that one
+/// reuses what is freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_that_allocates_and_frees_more_than_its_memory_limit_succeeds() {
+    let runtime = runtime_with(RuntimeConfig {
+        memory_limit: 64 << 20,
+        ..Default::default()
+    });
+    let (controller, store) = controller(fast_config());
+    controller
+        .deploy(
+            "churner",
+            load(&runtime, guests::PROBE),
+            "probe",
+            options(&[("mode", "churn")]),
+            1,
+        )
+        .await
+        .unwrap();
+    settle(&controller, Duration::from_secs(60)).await;
+    let snapshot = store.snapshot("churner/0").await.unwrap();
+    let churned: usize = snapshot.stored["churned"].parse().unwrap();
+    assert!(churned >= 256 << 20, "{churned}");
+    assert!(
+        controller
+            .history()
+            .iter()
+            .any(|r| r.unit == "churner/0" && r.hook == "start" && r.outcome == "ok"),
+        "{:?}",
+        controller.history()
+    );
+}

@@ -251,80 +251,93 @@ impl FromStr for ConnectionString {
         {
             return Err(ConnectionStringError::Uri);
         }
-        let bytes: Vec<(usize, char)> = text.char_indices().collect();
-        let at = |i: usize| bytes.get(i).map_or(text.len(), |(pos, _)| *pos);
-        let mut params = BTreeMap::new();
-        let mut i = 0;
+        // Byte offsets into `text`; every character of the syntax is ASCII, so slicing at
+        // them is always on a character boundary.
+        let end = text.len();
+        let char_at = |i: usize| text[i..].chars().next();
         let skip_space = |i: &mut usize| {
-            while *i < bytes.len() && bytes[*i].1.is_whitespace() {
-                *i += 1;
+            while let Some(c) = char_at(*i).filter(|c| c.is_whitespace()) {
+                *i += c.len_utf8();
             }
         };
+        let mut params = BTreeMap::new();
+        let mut i = 0;
         loop {
             skip_space(&mut i);
-            if i == bytes.len() {
+            if i == end {
                 break;
             }
             let start = i;
-            while i < bytes.len() && (bytes[i].1.is_ascii_alphanumeric() || bytes[i].1 == '_') {
-                i += 1;
-            }
+            i += text[i..]
+                .bytes()
+                .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+                .count();
             if i == start {
-                return Err(ConnectionStringError::BadKeyword { at: at(start) });
+                return Err(ConnectionStringError::BadKeyword { at: start });
             }
-            let keyword: String = bytes[start..i].iter().map(|(_, c)| c).collect();
+            let keyword = &text[start..i];
             skip_space(&mut i);
-            if i == bytes.len() || bytes[i].1 != '=' {
-                if i < bytes.len() && !bytes[i].1.is_whitespace() && bytes[i].1 != '=' {
-                    // `host-name=...`: the keyword itself is malformed.
-                    let after = bytes[i].1;
-                    if !after.is_whitespace() {
-                        return Err(ConnectionStringError::BadKeyword { at: at(start) });
-                    }
+            match char_at(i) {
+                Some('=') => i += 1,
+                // `host-name=...`: the keyword itself is malformed.
+                Some(_) => return Err(ConnectionStringError::BadKeyword { at: start }),
+                None => {
+                    return Err(ConnectionStringError::MissingEquals {
+                        keyword: keyword.to_string(),
+                        at: end,
+                    });
                 }
-                return Err(ConnectionStringError::MissingEquals { keyword, at: at(i) });
             }
-            i += 1;
             skip_space(&mut i);
             let mut value = String::new();
-            if i < bytes.len() && bytes[i].1 == '\'' {
+            if char_at(i) == Some('\'') {
                 let opened = i;
                 i += 1;
                 loop {
-                    match bytes.get(i).map(|(_, c)| *c) {
+                    match char_at(i) {
                         None => {
                             return Err(ConnectionStringError::UnterminatedQuote {
-                                keyword,
-                                at: at(opened),
+                                keyword: keyword.to_string(),
+                                at: opened,
                             });
                         }
                         Some('\'') => {
                             i += 1;
                             break;
                         }
-                        Some('\\') if i + 1 < bytes.len() => {
-                            value.push(bytes[i + 1].1);
-                            i += 2;
+                        Some('\\') if i + 1 < end => {
+                            let escaped = char_at(i + 1).expect("a character follows");
+                            value.push(escaped);
+                            i += 1 + escaped.len_utf8();
                         }
                         Some(c) => {
                             value.push(c);
-                            i += 1;
+                            i += c.len_utf8();
                         }
                     }
                 }
             } else {
-                while i < bytes.len() && !bytes[i].1.is_whitespace() {
-                    if bytes[i].1 == '\\' && i + 1 < bytes.len() {
+                let run = text[i..]
+                    .find(char::is_whitespace)
+                    .map_or(end, |len| i + len);
+                if !text[i..run].contains('\\') {
+                    // The common case: the value is the run of text as it stands.
+                    value.push_str(&text[i..run]);
+                    i = run;
+                }
+                while let Some(mut c) = char_at(i).filter(|c| !c.is_whitespace()) {
+                    if c == '\\' && i + 1 < end {
                         i += 1;
+                        c = char_at(i).expect("a character follows");
                     }
-                    value.push(bytes[i].1);
-                    i += 1;
+                    value.push(c);
+                    i += c.len_utf8();
                 }
             }
             if keyword == "port" && value.parse::<u16>().map_or(true, |p| p == 0) {
                 return Err(ConnectionStringError::BadPort { value });
             }
-            params.insert(keyword, value);
+            params.insert(keyword.to_string(), value);
         }
         Ok(ConnectionString { params })
     }
@@ -423,7 +436,104 @@ mod tests {
         assert!(serde_json::from_str::<ConnectionString>(r#""port=x""#).is_err());
     }
 
+    /// The first parser, kept as the reference: a vector of every character and its offset.
+    fn reference_parse(text: &str) -> Result<BTreeMap<String, String>, ConnectionStringError> {
+        if text.trim().is_empty() {
+            return Err(ConnectionStringError::Empty);
+        }
+        if text.trim_start().starts_with("postgres://")
+            || text.trim_start().starts_with("postgresql://")
+        {
+            return Err(ConnectionStringError::Uri);
+        }
+        let bytes: Vec<(usize, char)> = text.char_indices().collect();
+        let at = |i: usize| bytes.get(i).map_or(text.len(), |(pos, _)| *pos);
+        let mut params = BTreeMap::new();
+        let mut i = 0;
+        let skip_space = |i: &mut usize| {
+            while *i < bytes.len() && bytes[*i].1.is_whitespace() {
+                *i += 1;
+            }
+        };
+        loop {
+            skip_space(&mut i);
+            if i == bytes.len() {
+                break;
+            }
+            let start = i;
+            while i < bytes.len() && (bytes[i].1.is_ascii_alphanumeric() || bytes[i].1 == '_') {
+                i += 1;
+            }
+            if i == start {
+                return Err(ConnectionStringError::BadKeyword { at: at(start) });
+            }
+            let keyword: String = bytes[start..i].iter().map(|(_, c)| c).collect();
+            skip_space(&mut i);
+            if i == bytes.len() || bytes[i].1 != '=' {
+                if i < bytes.len() && !bytes[i].1.is_whitespace() && bytes[i].1 != '=' {
+                    // `host-name=...`: the keyword itself is malformed.
+                    let after = bytes[i].1;
+                    if !after.is_whitespace() {
+                        return Err(ConnectionStringError::BadKeyword { at: at(start) });
+                    }
+                }
+                return Err(ConnectionStringError::MissingEquals { keyword, at: at(i) });
+            }
+            i += 1;
+            skip_space(&mut i);
+            let mut value = String::new();
+            if i < bytes.len() && bytes[i].1 == '\'' {
+                let opened = i;
+                i += 1;
+                loop {
+                    match bytes.get(i).map(|(_, c)| *c) {
+                        None => {
+                            return Err(ConnectionStringError::UnterminatedQuote {
+                                keyword,
+                                at: at(opened),
+                            });
+                        }
+                        Some('\'') => {
+                            i += 1;
+                            break;
+                        }
+                        Some('\\') if i + 1 < bytes.len() => {
+                            value.push(bytes[i + 1].1);
+                            i += 2;
+                        }
+                        Some(c) => {
+                            value.push(c);
+                            i += 1;
+                        }
+                    }
+                }
+            } else {
+                while i < bytes.len() && !bytes[i].1.is_whitespace() {
+                    if bytes[i].1 == '\\' && i + 1 < bytes.len() {
+                        i += 1;
+                    }
+                    value.push(bytes[i].1);
+                    i += 1;
+                }
+            }
+            if keyword == "port" && value.parse::<u16>().map_or(true, |p| p == 0) {
+                return Err(ConnectionStringError::BadPort { value });
+            }
+            params.insert(keyword, value);
+        }
+        Ok(params)
+    }
+
     proptest! {
+        /// The parser gives what the reference gives, parameters or error, on any text.
+        #[test]
+        fn parses_as_the_reference_does(
+            text in r"([ \t\x{3000}]{0,2}[a-z_\x{e9}-]{0,3} ?=? ?('|\\|[a-z\x{e9}\x{3000} =]){0,8}){1,5}"
+        ) {
+            let ours = text.parse::<ConnectionString>().map(|c| c.params);
+            prop_assert_eq!(ours, reference_parse(&text));
+        }
+
         /// Whatever the values hold, printing then parsing gives the same parameters.
         #[test]
         fn printing_then_parsing_round_trips(

@@ -103,6 +103,27 @@ impl Charm for Probe {
                     std::hint::black_box(&hoard);
                 }
             }
+            ("churn", Event::Start) => {
+                // 256 MiB allocated and freed in all, at most 8 blocks alive at once, freed
+                // out of order: more than the memory limit unless freed memory is reused.
+                let mut window: std::collections::VecDeque<Vec<u8>> = Default::default();
+                let (mut total, mut size) = (0usize, 1usize);
+                while total < 256 << 20 {
+                    size = size * 7 % (64 << 10) + 1;
+                    window.push_back(vec![7u8; size]);
+                    if window.len() > 8 {
+                        window.swap_remove_front(3);
+                    }
+                    total += size;
+                }
+                let sum: usize = window
+                    .iter()
+                    .map(|b| b.iter().map(|&x| x as usize).sum::<usize>())
+                    .sum();
+                model.stored().set("churned", &total)?;
+                record(model, "window-sum", &sum)?;
+                Ok(())
+            }
             ("pod-spec-errors", Event::Start) => {
                 record(model, "leader", &model.is_leader())?;
                 for (i, spec) in BAD_SPECS.iter().enumerate() {
