@@ -10,7 +10,9 @@
 //! - `full_hook/memory`, `full_hook/sqlite`: what a unit's agent does per hook: the
 //!   snapshot read from the store, the hook in a fresh instance, the fenced commit.
 //! - `is_leader`: one `is-leader` host call, from the empty charm calling it 10,000 times
-//!   in one hook, less that hook with no calls, divided by 10,000.
+//!   in one hook, less that hook with no calls, divided by 10,000. `state-get` (a 64-byte
+//!   value back) and `leader-get-all` (four key/value pairs back) are timed the same way:
+//!   what a call costs by the shape of its answer.
 //! - `load/compile`, `load/cache`: loading discourse (compile or read the compiled-charm
 //!   cache, check the world, link, read its metadata).
 //!
@@ -44,8 +46,14 @@ use wasmtime::component::{Component, HasSelf, Linker};
 
 /// Iterations of each plain timing loop.
 const SAMPLES: usize = 10_000;
-/// `is-leader` calls per hook in the `is_leader` case.
+/// Host calls per hook in the per-call cases (`is_leader` and the others).
 const IS_LEADER_CALLS: u32 = 10_000;
+/// The empty charm's actions that time one host call, with how the results name them.
+const HOST_CALLS: &[(&str, &str)] = &[
+    ("is-leader", "is_leader"),
+    ("state-get", "state-get (64-byte value)"),
+    ("leader-get-all", "leader-get-all (4 pairs)"),
+];
 /// Rounds of the interleaved timing loops.
 const ROUNDS: usize = 10;
 
@@ -99,20 +107,35 @@ impl Floor {
     }
 }
 
-/// The `is-leader` action of the empty charm, calling `is-leader` `calls` times.
-fn is_leader_event(calls: u32) -> Event {
+/// The empty charm's action `name`, making its host call `calls` times.
+fn host_call_event(name: &str, calls: u32) -> Event {
     Event::Action(ActionEvent {
         id: "1".into(),
-        name: "is-leader".into(),
+        name: name.into(),
         params: calls.to_string(),
     })
 }
 
+/// The empty charm's unit, with a stored value and leader settings shaped like the pgsql
+/// interface's for the per-call cases to read.
 fn empty_snapshot() -> UnitSnapshot {
+    let pairs = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
     UnitSnapshot {
         model: "bench".into(),
         unit: "empty/0".into(),
         app: "empty".into(),
+        stored: pairs(&[("k", &"v".repeat(64))]),
+        leader_data: pairs(&[
+            ("database", "discourse"),
+            ("egress-subnets", "10.1.2.3/32"),
+            ("extensions", ""),
+            ("roles", "admin,reader"),
+        ]),
         ..UnitSnapshot::default()
     }
 }
@@ -221,8 +244,8 @@ fn main() {
     let run_empty = || {
         black_box(empty.run_hook(empty_snapshot(), None, None, &Event::Install));
     };
-    let is_leader = |calls: u32| {
-        let event = is_leader_event(calls);
+    let host_call = |name: &str, calls: u32| {
+        let event = host_call_event(name, calls);
         let (empty, fence) = (&empty, &fence);
         move || {
             black_box(empty.run_hook(empty_snapshot(), fence.clone(), None, &event));
@@ -238,7 +261,7 @@ fn main() {
             "full_hook/memory" => Box::new(|| {
                 common::full_hook(&rt, memory.store.as_ref(), &discourse, &memory.unit);
             }),
-            "is_leader" => Box::new(is_leader(IS_LEADER_CALLS)),
+            "is_leader" => Box::new(host_call("is-leader", IS_LEADER_CALLS)),
             other => panic!("no case {other}"),
         };
         let runs: u32 = std::env::var("HOOK_BENCH_PROFILE_RUNS")
@@ -322,21 +345,19 @@ fn main() {
             p50.as_secs_f64() / floor_t.0.as_secs_f64()
         );
     }
-    let (with_calls, _) = time(is_leader(IS_LEADER_CALLS));
-    let (without, _) = time(is_leader(0));
-    let per_call =
-        with_calls.saturating_sub(without).as_secs_f64() * 1e9 / f64::from(IS_LEADER_CALLS);
-    results.insert(
-        "is_leader".into(),
-        serde_json::json!({"ns_per_call": per_call}),
-    );
-    println!(
-        "{:<44} {:>10.1} ns per call ({IS_LEADER_CALLS} calls in one hook: p50 {:.1} µs, none: {:.1} µs)",
-        "is_leader",
-        per_call,
-        micros(with_calls),
-        micros(without),
-    );
+    let (without, _) = time(host_call("is-leader", 0));
+    for (action, name) in HOST_CALLS {
+        let (with_calls, _) = time(host_call(action, IS_LEADER_CALLS));
+        let per_call =
+            with_calls.saturating_sub(without).as_secs_f64() * 1e9 / f64::from(IS_LEADER_CALLS);
+        let key = name.split(' ').next().unwrap_or(name);
+        results.insert(key.into(), serde_json::json!({"ns_per_call": per_call}));
+        println!(
+            "{name:<44} {per_call:>10.1} ns per call ({IS_LEADER_CALLS} calls in one hook: p50 {:.1} µs, none: {:.1} µs)",
+            micros(with_calls),
+            micros(without),
+        );
+    }
 
     // Loading: compiling discourse every time, against reading it from a warm cache.
     let cache_dir = tempfile::tempdir().unwrap();
@@ -401,7 +422,9 @@ fn main() {
         group.bench_function("full_hook/sqlite", |b| {
             b.iter(|| common::full_hook(&rt, sqlite.store.as_ref(), &discourse, &sqlite.unit))
         });
-        group.bench_function("is_leader_x10000", |b| b.iter(is_leader(IS_LEADER_CALLS)));
+        group.bench_function("is_leader_x10000", |b| {
+            b.iter(host_call("is-leader", IS_LEADER_CALLS))
+        });
         group.finish();
     }
     {

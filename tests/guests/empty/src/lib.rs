@@ -2,8 +2,9 @@
 //! (no SDK), whose hooks do nothing. Instantiating it and calling `handle-hook` is the least
 //! any hook can cost in this host's engine; the hook benchmarks report against it.
 //!
-//! One exception, for the benchmark of the `is-leader` host call: the action `is-leader`
-//! calls it as many times as its parameters say (a bare number), and nothing else.
+//! One exception, for the benchmarks of single host calls: the actions `is-leader`,
+//! `state-get` (the stored key `k`) and `leader-get-all` make that call as many times as
+//! their parameters say (a bare number), and nothing else.
 
 // The world `use`s `context`, `event` and `metadata`, so the bindings define them here.
 wit_bindgen::generate!({ path: "../../../wit", world: "juju:charm/charm@0.1.0" });
@@ -22,12 +23,21 @@ impl Guest for Empty {
     }
 
     fn handle_hook(_context: Context, event: Event) -> Result<(), String> {
-        if let Event::Action(action) = &event
-            && action.name == "is-leader"
-        {
+        if let Event::Action(action) = &event {
             let calls: u32 = action.params.trim().parse().unwrap_or(0);
             for _ in 0..calls {
-                std::hint::black_box(juju::charm::leadership::is_leader());
+                match action.name.as_str() {
+                    "is-leader" => {
+                        std::hint::black_box(juju::charm::leadership::is_leader());
+                    }
+                    "state-get" => {
+                        std::hint::black_box(juju::charm::state::get("k"));
+                    }
+                    "leader-get-all" => {
+                        std::hint::black_box(juju::charm::leadership::leader_get_all());
+                    }
+                    _ => {}
+                }
             }
         }
         Ok(())
