@@ -21,7 +21,8 @@
 //! they are also written to `target/bench-results/hook.json` (for `peer/run.sh`). With
 //! `HOOK_BENCH_PLAIN_ONLY=1` only the plain loops run. `HOOK_BENCH_PROFILE=<case>` runs
 //! just that case 2,000 times (`HOOK_BENCH_PROFILE_RUNS` to change) and exits, for a profiler:
-//! `HOOK_BENCH_PROFILE=full_hook/memory valgrind --tool=callgrind target/release/deps/hook-*`
+//! `HOOK_BENCH_PROFILE=full_hook/memory BENCH_HOOK_SLOTS=2 valgrind --tool=callgrind target/release/deps/hook-*`
+//! (`host/benches/instructions.sh` turns that into instructions per hook).
 //!
 //! `cargo bench -p charm-host --bench hook`
 

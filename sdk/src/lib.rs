@@ -224,6 +224,8 @@ pub mod __private {
         context: wit::juju::charm::types::Context,
         event: wit::juju::charm::types::Event,
     ) -> Result<(), String> {
+        #[cfg(target_family = "wasm")]
+        backend::begin_hook();
         let model = Model::new(context.model, context.unit, context.app);
         dispatch::<C>(&model, Event::from_wit(event)).map_err(|e| e.to_string())
     }

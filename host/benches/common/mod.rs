@@ -59,10 +59,18 @@ pub fn guests() -> Guests {
 }
 
 /// A runtime as the host's defaults make it, without the on-disk cache unless given one.
+/// `BENCH_HOOK_SLOTS=N` sizes its pool for `N` hooks at once: under valgrind, whose address
+/// space cannot hold the default pool's reservation, `BENCH_HOOK_SLOTS=2`.
 pub fn runtime(compile_cache: Option<PathBuf>) -> CharmRuntime {
+    let defaults = RuntimeConfig::default();
+    let max_concurrent_hooks = std::env::var("BENCH_HOOK_SLOTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(defaults.max_concurrent_hooks);
     CharmRuntime::new(RuntimeConfig {
         compile_cache,
-        ..RuntimeConfig::default()
+        max_concurrent_hooks,
+        ..defaults
     })
     .expect("the engine starts")
 }

@@ -73,6 +73,23 @@ fn valid_result_key(key: &str) -> bool {
 }
 
 impl Hook {
+    /// A hook of `unit` starting from `snapshot`, with nothing written yet.
+    pub fn new(unit: &str, metadata: Metadata, snapshot: State, faults: Faults) -> Self {
+        Hook {
+            unit: unit.to_string(),
+            app: crate::testing::app_of(unit).to_string(),
+            metadata,
+            snapshot,
+            faults,
+            writes: Writes::default(),
+            logs: Vec::new(),
+            action: None,
+            calls: 0,
+            is_leader_answers: Vec::new(),
+            leadership_refusals: 0,
+        }
+    }
+
     /// Counts a call, and stops the hook where the test scripted an outage longer than the
     /// leadership guarantee: the host interrupts such a hook before the guarantee ends.
     fn call(&mut self) {

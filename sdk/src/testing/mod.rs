@@ -51,7 +51,7 @@
 //! assert_eq!(spec.containers[0].env_config["DB"], "host=pg");
 //! ```
 
-mod host;
+pub(crate) mod host;
 mod podspec;
 mod state;
 
@@ -365,19 +365,12 @@ impl<C: Charm> Context<C> {
             panic!("inconsistent test state for {}: {why}", self.metadata.name);
         }
         let app = crate::testing::app_of(&self.unit).to_string();
-        let hook = Rc::new(RefCell::new(Hook {
-            unit: self.unit.clone(),
-            app: app.clone(),
-            metadata: self.metadata.clone(),
-            snapshot: state.clone(),
-            faults: faults.clone(),
-            writes: Writes::default(),
-            logs: Vec::new(),
-            action: None,
-            calls: 0,
-            is_leader_answers: Vec::new(),
-            leadership_refusals: 0,
-        }));
+        let hook = Rc::new(RefCell::new(Hook::new(
+            &self.unit,
+            self.metadata.clone(),
+            state.clone(),
+            faults.clone(),
+        )));
         let is_action = matches!(event, Event::Action(_));
         let model = Model::new(self.model.clone(), self.unit.clone(), app);
         let result = crate::backend::install(Box::new(HookBackend(hook.clone())), || {

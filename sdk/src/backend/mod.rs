@@ -4,6 +4,10 @@
 //! Natively there is no host: the calls go to the backend that [`crate::testing`] installs
 //! on the current thread for the duration of one hook, so a charm's tests need no wasm.
 
+// Natively the harness answers every call itself; the cache is exercised by its tests.
+#[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
+mod cache;
+
 use crate::error::Result;
 use crate::log::Level;
 use crate::{ConfigValue, Status};
@@ -164,10 +168,24 @@ mod wit_backend {
     }
 }
 
+#[cfg(target_family = "wasm")]
+thread_local! {
+    /// The host, behind the hook's read cache. A charm's instance runs one thread.
+    static HOST: std::cell::RefCell<cache::Cached<wit_backend::WitBackend>> =
+        const { std::cell::RefCell::new(cache::Cached::new(wit_backend::WitBackend)) };
+}
+
 /// Runs `f` with the backend answering this hook.
 #[cfg(target_family = "wasm")]
 pub(crate) fn with<T>(f: impl FnOnce(&mut dyn Backend) -> T) -> T {
-    f(&mut wit_backend::WitBackend)
+    HOST.with(|host| f(&mut *host.borrow_mut()))
+}
+
+/// A hook starts: nothing read before it holds (an instance runs one hook, but the cache
+/// must not depend on that).
+#[cfg(target_family = "wasm")]
+pub(crate) fn begin_hook() {
+    HOST.with(|host| host.borrow_mut().clear());
 }
 
 #[cfg(not(target_family = "wasm"))]
