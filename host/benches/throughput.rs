@@ -10,7 +10,8 @@
 //!
 //! Before the runs it times the three parts of a hook (snapshot, hook, commit) one by one
 //! on the memory store with all 1,000 units deployed, to show where the time goes;
-//! `THROUGHPUT_SPLIT_ONLY=1` stops after that.
+//! `THROUGHPUT_SPLIT_ONLY=1` stops after that; `THROUGHPUT_STORE=memory` (or `sqlite`) runs
+//! one store only, for a profiler.
 //!
 //! `cargo bench -p charm-host --bench throughput`
 
@@ -97,7 +98,11 @@ fn main() {
         "{:<8} {:>8} {:>10} {:>12}",
         "store", "threads", "seconds", "hooks/s"
     );
+    let only = std::env::var("THROUGHPUT_STORE").ok();
     for store_kind in ["memory", "sqlite"] {
+        if only.as_deref().is_some_and(|only| only != store_kind) {
+            continue;
+        }
         for threads in [1, 2] {
             let dir = tempfile::tempdir().unwrap();
             let store: Box<dyn Store> = match store_kind {

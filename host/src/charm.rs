@@ -291,6 +291,7 @@ impl CharmRuntime {
             // Filled in from the charm's own `metadata` export just below.
             metadata: Arc::default(),
             loaded_from,
+            pod_specs: Arc::default(),
         };
         charm.metadata = Arc::new(charm.read_metadata(&path)?);
         // Only a charm that loaded is worth keeping.
@@ -372,6 +373,8 @@ pub struct Charm {
     pre: CharmPre<HookContext>,
     metadata: Arc<CharmMetadata>,
     loaded_from: LoadedFrom,
+    /// The pod spec its hooks last set, validated.
+    pod_specs: Arc<crate::podspec::LastValid>,
 }
 
 /// How a hook ended.
@@ -504,12 +507,13 @@ impl Charm {
             unit: snapshot.unit.clone(),
             app: snapshot.app.clone(),
         };
-        let ctx = HookContext::new(
+        let mut ctx = HookContext::new(
             snapshot,
             fence,
             self.metadata.clone(),
             self.runtime.config.memory_limit,
         );
+        ctx.pod_specs = Some(self.pod_specs.clone());
         let slot = self.runtime.slots.acquire();
         let mut store = self.store(ctx, guarantee);
         let result = self

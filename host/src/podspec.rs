@@ -2,6 +2,7 @@
 //! `set_pod_spec` itself (naming the field) rather than from Kubernetes later.
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value};
 
@@ -357,6 +358,73 @@ pub fn validate(spec: &str, k8s_resources: Option<&str>) -> Result<PodSpecWrite,
         spec,
         k8s_resources,
     })
+}
+
+/// The last pod spec a charm's hooks set, validated: [`validate`] remembered for the text
+/// it last accepted.
+///
+/// Charms reconcile by setting their whole pod spec again on every hook, and it is mostly
+/// the same text as last time. Validation is a function of the text alone, so a repeat
+/// reuses the last result instead of parsing and checking the text again. One per loaded
+/// charm, shared by its units' hooks.
+///
+/// ```
+/// use charm_host::podspec::{validate, LastValid};
+///
+/// let last = LastValid::default();
+/// let spec = "version: 3\ncontainers: [{name: app, image: nginx}]";
+/// assert_eq!(last.validate(spec, None), validate(spec, None));
+/// assert!(last.holds(spec, None), "the accepted text is remembered");
+/// assert!(last.validate("version: 2", None).is_err());
+/// assert!(last.holds(spec, None), "a refused text replaces nothing");
+/// let other = "version: 3\ncontainers: [{name: app, image: redis}]";
+/// assert_eq!(last.validate(other, None).unwrap().spec["containers"][0]["image"], "redis");
+/// assert!(last.holds(other, None) && !last.holds(spec, None));
+/// ```
+#[derive(Debug, Default)]
+pub struct LastValid(Mutex<Option<Arc<Accepted>>>);
+
+#[derive(Debug)]
+struct Accepted {
+    spec: String,
+    k8s_resources: Option<String>,
+    write: PodSpecWrite,
+}
+
+impl LastValid {
+    /// What [`validate`] answers for this text, from memory when it is the text last
+    /// accepted.
+    pub fn validate(
+        &self,
+        spec: &str,
+        k8s_resources: Option<&str>,
+    ) -> Result<PodSpecWrite, PodSpecError> {
+        if let Some(last) = self.last()
+            && last.spec == spec
+            && last.k8s_resources.as_deref() == k8s_resources
+        {
+            return Ok(last.write.clone());
+        }
+        let write = validate(spec, k8s_resources)?;
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(Accepted {
+            spec: spec.to_string(),
+            k8s_resources: k8s_resources.map(str::to_string),
+            write: write.clone(),
+        }));
+        Ok(write)
+    }
+
+    /// Whether this is the text last accepted.
+    pub fn holds(&self, spec: &str, k8s_resources: Option<&str>) -> bool {
+        self.last().is_some_and(|last| {
+            last.spec == spec && last.k8s_resources.as_deref() == k8s_resources
+        })
+    }
+
+    fn last(&self) -> Option<Arc<Accepted>> {
+        // Cloned out so the lock is held for an increment, not for the comparison.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
 }
 
 #[cfg(test)]

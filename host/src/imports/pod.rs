@@ -6,7 +6,11 @@ use crate::podspec::{self, PodSpecError};
 impl Host for HookContext {
     fn set_pod_spec(&mut self, spec: String, k8s_resources: Option<String>) -> Result<(), Error> {
         super::require_leader(self)?;
-        let write = podspec::validate(&spec, k8s_resources.as_deref()).map_err(|e| match e {
+        let write = match &self.pod_specs {
+            Some(last) => last.validate(&spec, k8s_resources.as_deref()),
+            None => podspec::validate(&spec, k8s_resources.as_deref()),
+        };
+        let write = write.map_err(|e| match e {
             PodSpecError::Spec(f) => Error::InvalidPodSpec(FieldError {
                 field: f.field,
                 reason: f.reason,
