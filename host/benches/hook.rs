@@ -5,8 +5,9 @@
 //!   `InstancePre` and calling `handle-hook`. Nothing of ours but the store's data.
 //! - `run_hook/empty`: the same through `Charm::run_hook`: our per-hook overhead.
 //! - `instantiate/discourse`: a fresh instance of discourse, no call.
-//! - `run_hook/discourse`: discourse's `db-relation-changed` as leader (reads PostgreSQL's
-//!   bag, `is_leader`, config, `set_pod_spec`, status), from a snapshot taken beforehand.
+//! - `run_hook/discourse`: discourse's first `db-relation-changed` as leader, from a
+//!   snapshot taken before anything was committed, so every run sees a new master (the
+//!   pgsql library emits master-changed and writes its stored state) and configures twice.
 //! - `full_hook/memory`, `full_hook/sqlite`: what a unit's agent does per hook: the
 //!   snapshot read from the store, the hook in a fresh instance, the fenced commit.
 //! - `is_leader`: one `is-leader` host call, from the empty charm calling it 10,000 times

@@ -9,9 +9,11 @@
 //! `idle_units` bench reports hooks per second through the agents.
 //!
 //! Before the runs it times the three parts of a hook (snapshot, hook, commit) one by one
-//! on the memory store with all 1,000 units deployed, to show where the time goes;
+//! on the memory store with all 1,000 units deployed, to show where the time goes (each
+//! unit's first hook: the heavier one, where the master appears);
 //! `THROUGHPUT_SPLIT_ONLY=1` stops after that; `THROUGHPUT_STORE=memory` (or `sqlite`) runs
-//! one store only, for a profiler.
+//! one store only, for a profiler; `THROUGHPUT_UNITS=N` spreads the hooks over N units
+//! instead (a divisor of 100,000), to see how the number of units held changes the rate.
 //!
 //! `cargo bench -p charm-host --bench throughput`
 
@@ -23,8 +25,19 @@ use std::time::{Duration, Instant};
 use charm_host::charm::Charm;
 use charm_host::store::{MemoryStore, SqliteStore, Store};
 
-const UNITS: usize = 1_000;
 const HOOKS: usize = 100_000;
+
+/// How many units the hooks are spread across: 1,000 unless `THROUGHPUT_UNITS` says.
+fn units() -> usize {
+    let units = std::env::var("THROUGHPUT_UNITS")
+        .ok()
+        .map_or(1_000, |n| n.parse().expect("THROUGHPUT_UNITS: a number"));
+    assert!(
+        units > 0 && HOOKS.is_multiple_of(units),
+        "THROUGHPUT_UNITS must divide {HOOKS}"
+    );
+    units
+}
 
 /// Runs `HOOKS` hooks on `threads` threads; returns the wall-clock time they took.
 fn run(store: &dyn Store, charm: &Charm, units: &[common::Unit], threads: usize) -> Duration {
@@ -38,7 +51,7 @@ fn run(store: &dyn Store, charm: &Charm, units: &[common::Unit], threads: usize)
                     .unwrap();
                 let mine: Vec<&common::Unit> = units.iter().skip(t).step_by(threads).collect();
                 start.wait();
-                for _ in 0..HOOKS / UNITS {
+                for _ in 0..HOOKS / units.len() {
                     for unit in &mine {
                         assert!(common::full_hook(&rt, store, charm, unit));
                     }
@@ -56,7 +69,7 @@ fn run(store: &dyn Store, charm: &Charm, units: &[common::Unit], threads: usize)
 /// p50 of each part of a full hook, over one hook per unit, on the memory store.
 fn split(rt: &tokio::runtime::Runtime, charm: &Charm) {
     let store: Box<dyn Store> = Box::new(MemoryStore::new("bench"));
-    let units = rt.block_on(common::deploy(store.as_ref(), charm.metadata(), UNITS));
+    let units = rt.block_on(common::deploy(store.as_ref(), charm.metadata(), units()));
     let (mut snapshots, mut hooks, mut commits) = (Vec::new(), Vec::new(), Vec::new());
     for unit in &units {
         let start = Instant::now();
@@ -72,7 +85,8 @@ fn split(rt: &tokio::runtime::Runtime, charm: &Charm) {
     }
     let p50 = |t: &mut Vec<Duration>| common::micros(common::percentiles(t).0);
     println!(
-        "memory store, {UNITS} units: p50 snapshot {:.1} µs, hook {:.1} µs, commit {:.1} µs",
+        "memory store, {} units: p50 snapshot {:.1} µs, hook {:.1} µs, commit {:.1} µs",
+        units.len(),
         p50(&mut snapshots),
         p50(&mut hooks),
         p50(&mut commits)
@@ -87,7 +101,8 @@ fn main() {
         .build()
         .unwrap();
     println!(
-        "{HOOKS} full hooks (snapshot, db-relation-changed as leader, fenced commit) across {UNITS} units; {} cores",
+        "{HOOKS} full hooks (snapshot, db-relation-changed as leader, fenced commit) across {} units; {} cores",
+        units(),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     split(&rt, &discourse);
@@ -109,7 +124,11 @@ fn main() {
                 "memory" => Box::new(MemoryStore::new("bench")),
                 _ => Box::new(SqliteStore::open(&dir.path().join("bench.db"), "bench").unwrap()),
             };
-            let units = rt.block_on(common::deploy(store.as_ref(), discourse.metadata(), UNITS));
+            let units = rt.block_on(common::deploy(
+                store.as_ref(),
+                discourse.metadata(),
+                units(),
+            ));
             let took = run(store.as_ref(), &discourse, &units, threads);
             println!(
                 "{store_kind:<8} {threads:>8} {:>10.2} {:>12.0}",

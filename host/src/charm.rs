@@ -373,7 +373,7 @@ pub struct Charm {
     pre: CharmPre<HookContext>,
     metadata: Arc<CharmMetadata>,
     loaded_from: LoadedFrom,
-    /// The pod spec its hooks last set, validated.
+    /// The pod spec each of its applications last set, validated.
     pod_specs: Arc<crate::podspec::LastValid>,
 }
 

@@ -44,7 +44,7 @@ pub struct HookContext {
     /// How many leader-only operations were refused because the hook is not leader.
     pub(crate) leadership_refusals: u32,
     pub(crate) limits: wasmtime::StoreLimits,
-    /// The charm's last accepted pod spec, shared by its hooks; `None` validates every time.
+    /// The charm's last accepted pod specs, shared by its hooks; `None` validates every time.
     pub(crate) pod_specs: Option<Arc<crate::podspec::LastValid>>,
     /// Built on the hook's first WASI call: most hooks make none, and building one costs
     /// more than the rest of the context.

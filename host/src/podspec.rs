@@ -1,7 +1,7 @@
 //! Strict validation of Juju pod spec version 3, so a charm hears about a bad field from
 //! `set_pod_spec` itself (naming the field) rather than from Kubernetes later.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value};
@@ -360,29 +360,31 @@ pub fn validate(spec: &str, k8s_resources: Option<&str>) -> Result<PodSpecWrite,
     })
 }
 
-/// The last pod spec a charm's hooks set, validated: [`validate`] remembered for the text
-/// it last accepted.
+/// The pod spec each application of a charm last set, validated: [`validate`] remembered
+/// for the text it last accepted, per application.
 ///
 /// Charms reconcile by setting their whole pod spec again on every hook, and it is mostly
 /// the same text as last time. Validation is a function of the text alone, so a repeat
 /// reuses the last result instead of parsing and checking the text again. One per loaded
-/// charm, shared by its units' hooks.
+/// charm, shared by its units' hooks; it holds one spec per application, as the store does.
 ///
 /// ```
 /// use charm_host::podspec::{validate, LastValid};
 ///
 /// let last = LastValid::default();
 /// let spec = "version: 3\ncontainers: [{name: app, image: nginx}]";
-/// assert_eq!(last.validate(spec, None), validate(spec, None));
-/// assert!(last.holds(spec, None), "the accepted text is remembered");
-/// assert!(last.validate("version: 2", None).is_err());
-/// assert!(last.holds(spec, None), "a refused text replaces nothing");
+/// assert_eq!(last.validate("web", spec, None), validate(spec, None));
+/// assert!(last.holds("web", spec, None), "the accepted text is remembered");
+/// assert!(!last.holds("db", spec, None), "for its application only");
+/// assert!(last.validate("web", "version: 2", None).is_err());
+/// assert!(last.holds("web", spec, None), "a refused text replaces nothing");
 /// let other = "version: 3\ncontainers: [{name: app, image: redis}]";
-/// assert_eq!(last.validate(other, None).unwrap().spec["containers"][0]["image"], "redis");
-/// assert!(last.holds(other, None) && !last.holds(spec, None));
+/// let write = last.validate("web", other, None).unwrap();
+/// assert_eq!(write.spec["containers"][0]["image"], "redis");
+/// assert!(last.holds("web", other, None) && !last.holds("web", spec, None));
 /// ```
 #[derive(Debug, Default)]
-pub struct LastValid(Mutex<Option<Arc<Accepted>>>);
+pub struct LastValid(Mutex<HashMap<String, Arc<Accepted>>>);
 
 #[derive(Debug)]
 struct Accepted {
@@ -391,39 +393,49 @@ struct Accepted {
     write: PodSpecWrite,
 }
 
+impl Accepted {
+    fn is(&self, spec: &str, k8s_resources: Option<&str>) -> bool {
+        self.spec == spec && self.k8s_resources.as_deref() == k8s_resources
+    }
+}
+
 impl LastValid {
-    /// What [`validate`] answers for this text, from memory when it is the text last
-    /// accepted.
+    /// What [`validate`] answers for this text, from memory when it is the text `app` last
+    /// had accepted.
     pub fn validate(
         &self,
+        app: &str,
         spec: &str,
         k8s_resources: Option<&str>,
     ) -> Result<PodSpecWrite, PodSpecError> {
-        if let Some(last) = self.last()
-            && last.spec == spec
-            && last.k8s_resources.as_deref() == k8s_resources
+        if let Some(last) = self.last(app)
+            && last.is(spec, k8s_resources)
         {
             return Ok(last.write.clone());
         }
         let write = validate(spec, k8s_resources)?;
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(Accepted {
+        let accepted = Arc::new(Accepted {
             spec: spec.to_string(),
             k8s_resources: k8s_resources.map(str::to_string),
             write: write.clone(),
-        }));
+        });
+        self.lock().insert(app.to_string(), accepted);
         Ok(write)
     }
 
-    /// Whether this is the text last accepted.
-    pub fn holds(&self, spec: &str, k8s_resources: Option<&str>) -> bool {
-        self.last().is_some_and(|last| {
-            last.spec == spec && last.k8s_resources.as_deref() == k8s_resources
-        })
+    /// Whether this is the text `app` last had accepted.
+    pub fn holds(&self, app: &str, spec: &str, k8s_resources: Option<&str>) -> bool {
+        self.last(app)
+            .is_some_and(|last| last.is(spec, k8s_resources))
     }
 
-    fn last(&self) -> Option<Arc<Accepted>> {
-        // Cloned out so the lock is held for an increment, not for the comparison.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    fn last(&self, app: &str) -> Option<Arc<Accepted>> {
+        // Cloned out so the lock is held for a lookup, not for the comparison.
+        self.lock().get(app).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Accepted>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -7,7 +7,7 @@ impl Host for HookContext {
     fn set_pod_spec(&mut self, spec: String, k8s_resources: Option<String>) -> Result<(), Error> {
         super::require_leader(self)?;
         let write = match &self.pod_specs {
-            Some(last) => last.validate(&spec, k8s_resources.as_deref()),
+            Some(last) => last.validate(&self.snapshot.app, &spec, k8s_resources.as_deref()),
             None => podspec::validate(&spec, k8s_resources.as_deref()),
         };
         let write = write.map_err(|e| match e {
