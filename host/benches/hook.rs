@@ -99,7 +99,8 @@ impl Floor {
         let mut store = self.store();
         let instance = self.pre.instantiate(&mut store).unwrap();
         let result = instance.call_handle_hook(&mut store, &self.context, &self.event);
-        black_box(result.unwrap().unwrap());
+        result.unwrap().unwrap();
+        black_box(&store);
     }
 
     /// A fresh instance, no call.
@@ -168,10 +169,13 @@ fn deployed(rt: &Runtime, charm: &Charm, sqlite: bool) -> Deployed {
     }
 }
 
+/// A named case: one run per call.
+type Case<'a, 'f> = (&'a str, Box<dyn FnMut() + 'f>);
+
 /// p50 and p99 of `SAMPLES` runs of each case, timed one by one, the cases taking turns in
 /// `ROUNDS` rounds so that a change in the machine's load affects them all alike.
 fn time_interleaved<'a>(
-    cases: &mut [(&'a str, Box<dyn FnMut() + '_>)],
+    cases: &mut [Case<'a, '_>],
 ) -> Vec<(&'a str, (Duration, Duration))> {
     let mut times = vec![Vec::with_capacity(SAMPLES); cases.len()];
     for _ in 0..ROUNDS {
@@ -276,7 +280,7 @@ fn main() {
         return;
     }
     let mut results = serde_json::Map::new();
-    let mut cases: Vec<(&str, Box<dyn FnMut() + '_>)> = vec![
+    let mut cases: Vec<Case> = vec![
         (
             "floor (wasmtime: instantiate empty + call)",
             Box::new(|| floor.hook()),

@@ -7,6 +7,8 @@
 //! their parameters say (a bare number), and nothing else.
 
 // The world `use`s `context`, `event` and `metadata`, so the bindings define them here.
+// Their generated functions take as many arguments as the WIT's records have fields.
+#![allow(clippy::too_many_arguments)]
 wit_bindgen::generate!({ path: "../../../wit", world: "juju:charm/charm@0.1.0" });
 
 struct Empty;
