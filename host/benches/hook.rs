@@ -174,9 +174,7 @@ type Case<'a, 'f> = (&'a str, Box<dyn FnMut() + 'f>);
 
 /// p50 and p99 of `SAMPLES` runs of each case, timed one by one, the cases taking turns in
 /// `ROUNDS` rounds so that a change in the machine's load affects them all alike.
-fn time_interleaved<'a>(
-    cases: &mut [Case<'a, '_>],
-) -> Vec<(&'a str, (Duration, Duration))> {
+fn time_interleaved<'a>(cases: &mut [Case<'a, '_>]) -> Vec<(&'a str, (Duration, Duration))> {
     let mut times = vec![Vec::with_capacity(SAMPLES); cases.len()];
     for _ in 0..ROUNDS {
         for ((_, f), times) in cases.iter_mut().zip(&mut times) {
