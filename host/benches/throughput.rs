@@ -114,6 +114,12 @@ fn main() {
         "store", "threads", "seconds", "hooks/s"
     );
     let only = std::env::var("THROUGHPUT_STORE").ok();
+    if let Some(only) = &only {
+        assert!(
+            ["memory", "sqlite"].contains(&only.as_str()),
+            "THROUGHPUT_STORE: {only:?} is not a store; memory or sqlite"
+        );
+    }
     for store_kind in ["memory", "sqlite"] {
         if only.as_deref().is_some_and(|only| only != store_kind) {
             continue;
