@@ -1,4 +1,7 @@
+use std::any::Any;
 use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::rc::Rc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -41,6 +44,26 @@ pub struct Model {
     /// Every custom event emitted in this hook, and how many of them have been handled.
     emitted: RefCell<Vec<CustomEvent>>,
     handled: Cell<usize>,
+    /// What [`Model::memo`] computed in this hook.
+    memos: RefCell<Vec<Memo>>,
+}
+
+/// One value [`Model::memo`] keeps, and how many model writes had been made when it was
+/// computed.
+#[derive(Clone)]
+struct Memo {
+    key: String,
+    writes: u64,
+    value: Rc<dyn Any>,
+}
+
+impl fmt::Debug for Memo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Memo")
+            .field("key", &self.key)
+            .field("writes", &self.writes)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Model {
@@ -52,7 +75,81 @@ impl Model {
             deferred: Cell::new(false),
             emitted: RefCell::new(Vec::new()),
             handled: Cell::new(0),
+            memos: RefCell::new(Vec::new()),
         }
+    }
+
+    /// A value worked out from the model, computed once per hook and shared by every caller
+    /// that asks for `key` until the hook writes to the model.
+    ///
+    /// Libraries use it for what several handlers of one hook need: an interface crate
+    /// reads and parses the other side's data as it observes the event, and the charm's
+    /// handler asks for the same data again. `compute` runs the first time `key` is asked
+    /// in a hook, and again after any write the hook makes (a bag, leader data, stored
+    /// state, a status, the pod spec), since the write could change what it read. An error
+    /// is returned and not kept. Name keys after the library, such as `pgsql:db.relation.3`,
+    /// so that two libraries do not share one; a key asked with another type is computed
+    /// again.
+    ///
+    /// ```
+    /// use std::cell::Cell;
+    /// use charm_sdk::testing::{Context, State};
+    /// use charm_sdk::{Charm, Event, HookResult, Metadata, Model};
+    ///
+    /// thread_local! { static RUNS: Cell<u32> = const { Cell::new(0) }; }
+    ///
+    /// /// The peers' count, as a library would work it out.
+    /// fn peers(model: &Model) -> charm_sdk::Result<u32> {
+    ///     let count = model.memo("counter.peers", || {
+    ///         RUNS.with(|r| r.set(r.get() + 1));
+    ///         Ok(model.leader_data().all().len() as u32)
+    ///     })?;
+    ///     Ok(*count)
+    /// }
+    ///
+    /// struct Counter;
+    /// impl Charm for Counter {
+    ///     fn metadata() -> Metadata { Metadata::new("counter") }
+    ///     fn handle(model: &Model, _: Event) -> HookResult {
+    ///         assert_eq!(peers(model)?, 0);
+    ///         assert_eq!(peers(model)?, 0); // kept: computed once
+    ///         model.leader_data().set("a", "1")?;
+    ///         assert_eq!(peers(model)?, 1); // a write: computed again
+    ///         Ok(())
+    ///     }
+    /// }
+    /// let out = Context::<Counter>::new().run(Event::ConfigChanged, State::default().leader(true));
+    /// assert!(out.committed(), "{:?}", out.outcome);
+    /// assert_eq!(RUNS.with(Cell::get), 2);
+    /// ```
+    pub fn memo<T: 'static>(
+        &self,
+        key: &str,
+        compute: impl FnOnce() -> Result<T>,
+    ) -> Result<Rc<T>> {
+        let writes = backend::writes();
+        let kept = self
+            .memos
+            .borrow()
+            .iter()
+            .find(|m| m.key == key && m.writes == writes)
+            .and_then(|m| Rc::clone(&m.value).downcast::<T>().ok());
+        if let Some(value) = kept {
+            return Ok(value);
+        }
+        // Not borrowed while computing: `compute` may ask for other memos.
+        let value = Rc::new(compute()?);
+        // A write made by `compute` itself leaves the value stale: keep it only if none was.
+        if backend::writes() == writes {
+            let mut memos = self.memos.borrow_mut();
+            memos.retain(|m| m.key != key);
+            memos.push(Memo {
+                key: key.to_string(),
+                writes,
+                value: Rc::clone(&value) as Rc<dyn Any>,
+            });
+        }
+        Ok(value)
     }
 
     /// Emits a library's event for the charm to handle in this hook, after the handler
@@ -335,7 +432,7 @@ impl Unit {
     /// # Ok(()) }
     /// ```
     pub fn set_status(&self, status: Status) -> Result<()> {
-        backend::with(|b| b.set_unit_status(status))
+        backend::write(|b| b.set_unit_status(status))
     }
 
     /// Sets the workload version shown in status.
@@ -346,7 +443,7 @@ impl Unit {
     /// # }
     /// ```
     pub fn set_workload_version(&self, version: &str) {
-        backend::with(|b| b.set_workload_version(version))
+        backend::write(|b| b.set_workload_version(version))
     }
 }
 
@@ -397,7 +494,7 @@ impl Application {
     /// # Ok(()) }
     /// ```
     pub fn set_status(&self, status: Status) -> Result<()> {
-        backend::with(|b| b.set_app_status(status))
+        backend::write(|b| b.set_app_status(status))
     }
 }
 
@@ -447,7 +544,7 @@ impl LeaderData {
     /// # Ok(()) }
     /// ```
     pub fn set(&self, key: &str, value: &str) -> Result<()> {
-        backend::with(|b| b.leader_set(key, Some(value)))
+        backend::write(|b| b.leader_set(key, Some(value)))
     }
 
     /// Removes a setting. Leader only.
@@ -458,7 +555,7 @@ impl LeaderData {
     /// # Ok(()) }
     /// ```
     pub fn remove(&self, key: &str) -> Result<()> {
-        backend::with(|b| b.leader_set(key, None))
+        backend::write(|b| b.leader_set(key, None))
     }
 }
 
@@ -499,7 +596,7 @@ impl StoredState {
     /// ```
     pub fn set<T: Serialize + ?Sized>(&self, key: &str, value: &T) -> Result<()> {
         let json = serde_json::to_string(value)?;
-        backend::with(|b| b.state_set(key, Some(&json)));
+        backend::write(|b| b.state_set(key, Some(&json)));
         Ok(())
     }
 
@@ -511,6 +608,6 @@ impl StoredState {
     /// # }
     /// ```
     pub fn remove(&self, key: &str) {
-        backend::with(|b| b.state_set(key, None))
+        backend::write(|b| b.state_set(key, None))
     }
 }

@@ -401,7 +401,7 @@ impl Pod {
     /// # Ok(()) }
     /// ```
     pub fn set_spec_raw(&self, spec: &str, k8s_resources: Option<&str>) -> Result<()> {
-        backend::with(|b| b.set_pod_spec(spec, k8s_resources))
+        backend::write(|b| b.set_pod_spec(spec, k8s_resources))
     }
 }
 

@@ -253,9 +253,9 @@ impl DataBag {
     fn write(&self, key: &str, value: Option<&str>) -> Result<()> {
         match &self.owner {
             Owner::Unit(unit) => {
-                backend::with(|b| b.set_unit_data(self.relation, unit, key, value))?
+                backend::write(|b| b.set_unit_data(self.relation, unit, key, value))?
             }
-            Owner::App(app) => backend::with(|b| b.set_app_data(self.relation, app, key, value))?,
+            Owner::App(app) => backend::write(|b| b.set_app_data(self.relation, app, key, value))?,
         }
         Ok(())
     }

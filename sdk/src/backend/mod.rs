@@ -168,6 +168,24 @@ mod wit_backend {
     }
 }
 
+thread_local! {
+    /// How many writes to the model this thread has made: a memo computed before the last
+    /// write may be stale (see [`crate::Model::memo`]).
+    static WRITES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f`, a write to the model (a bag, leader data, stored state, a status, the pod
+/// spec): every memo computed before it is stale.
+pub(crate) fn write<T>(f: impl FnOnce(&mut dyn Backend) -> T) -> T {
+    WRITES.with(|w| w.set(w.get() + 1));
+    with(f)
+}
+
+/// How many writes to the model this thread has made.
+pub(crate) fn writes() -> u64 {
+    WRITES.with(std::cell::Cell::get)
+}
+
 #[cfg(target_family = "wasm")]
 thread_local! {
     /// The host, behind the hook's read cache. A charm's instance runs one thread.

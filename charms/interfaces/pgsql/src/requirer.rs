@@ -1,6 +1,7 @@
 //! The client side: asks for a database and follows the master and the standbys.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use charm_sdk::{CustomEvent, DataBag, Emit, Event, HookResult, Model, Relation};
 use serde::{Deserialize, Serialize};
@@ -201,8 +202,9 @@ impl Requirer {
         for (key, value) in &fields {
             set_if_changed(&mut app, key, value)?;
         }
-        let mut copies = requests(model)?;
+        let copies = requests(model)?;
         if copies.get(&relation) != Some(request) {
+            let mut copies = (*copies).clone();
             copies.insert(relation, request.clone());
             write_requests(model, &copies)?;
         }
@@ -211,13 +213,13 @@ impl Requirer {
 
     /// What the leader asked for on a relation, as every unit can read it.
     pub fn requested(&self, model: &Model, relation: u32) -> charm_sdk::Result<DatabaseRequest> {
-        Ok(requests(model)?.remove(&relation).unwrap_or_default())
+        Ok(requests(model)?.get(&relation).cloned().unwrap_or_default())
     }
 
     /// One relation's databases as they are now, without waiting for an event: for hooks
     /// such as config-changed that need the master too.
     pub fn database(&self, model: &Model, relation: u32) -> charm_sdk::Result<Database> {
-        self.read(model, &model.relation_by_id(relation)?)
+        Ok((*self.read(model, &model.relation_by_id(relation)?)?).clone())
     }
 
     /// Every relation's databases on this endpoint, by relation id.
@@ -225,14 +227,20 @@ impl Requirer {
         model
             .relations(self.endpoint)?
             .iter()
-            .map(|r| self.read(model, r))
+            .map(|r| Ok((*self.read(model, r)?).clone()))
             .collect()
     }
 
     /// Reads PostgreSQL's side of a relation: the first bag (the application's, then the
     /// units' by name) with a master that has applied this client's request wins, as in
-    /// ops' library.
-    fn read(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<Database> {
+    /// ops' library. Read once per hook (until the hook writes): the library reads as it
+    /// observes the event, and the charm reads again as it configures.
+    fn read(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<Rc<Database>> {
+        let key = format!("{}.relation.{}", self.source(), relation.id());
+        model.memo(&key, || self.read_now(model, relation))
+    }
+
+    fn read_now(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<Database> {
         let want = self.requested(model, relation.id())?.to_fields();
         let egress = subnets(relation.local_unit_data()?.get("egress-subnets"));
         let mut bags = vec![relation.remote_app_data()?];
@@ -309,13 +317,13 @@ impl Requirer {
                 },
             )?;
         }
-        for problem in db.problems {
+        for problem in &db.problems {
             charm_sdk::log::warning(&problem.to_string());
-            model.emit(&source, &RequirerEvent::InvalidData(problem))?;
+            model.emit(&source, &RequirerEvent::InvalidData(problem.clone()))?;
         }
         let now = Seen {
-            master: db.master,
-            standbys: db.standbys,
+            master: db.master.clone(),
+            standbys: db.standbys.clone(),
         };
         if now != before {
             seen.insert(db.relation, now);
@@ -346,8 +354,10 @@ impl Requirer {
             model.stored().set(&self.stored_key(), &seen)?;
         }
         if model.is_leader() {
-            let mut copies = requests(model)?;
-            if copies.remove(&relation).is_some() {
+            let copies = requests(model)?;
+            if copies.contains_key(&relation) {
+                let mut copies = (*copies).clone();
+                copies.remove(&relation);
                 write_requests(model, &copies)?;
             }
         }
@@ -394,8 +404,12 @@ fn subnets(raw: Option<&str>) -> Vec<String> {
 }
 
 /// The leader's requests, from leader data: `{"<relation id>": {"database": ..., "roles":
-/// "a,b", "extensions": ...}}`.
-fn requests(model: &Model) -> charm_sdk::Result<BTreeMap<u32, DatabaseRequest>> {
+/// "a,b", "extensions": ...}}`. Parsed once per hook (until the hook writes).
+fn requests(model: &Model) -> charm_sdk::Result<Rc<BTreeMap<u32, DatabaseRequest>>> {
+    model.memo("pgsql.requests", || requests_now(model))
+}
+
+fn requests_now(model: &Model) -> charm_sdk::Result<BTreeMap<u32, DatabaseRequest>> {
     let Some(raw) = model.leader_data().get(LEADER_KEY) else {
         return Ok(BTreeMap::new());
     };
