@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
-use crate::backend::{self, RelationInfo};
+use crate::backend::{self, Entries, RelationInfo};
 use crate::error::Result;
 
 /// A relation as this unit sees it.
@@ -97,9 +98,7 @@ impl Relation {
     /// # Ok(()) }
     /// ```
     pub fn unit_data(&self, unit: &str) -> Result<DataBag> {
-        let entries = backend::with(|b| b.unit_data(self.id, unit))?
-            .into_iter()
-            .collect();
+        let entries = backend::with(|b| b.unit_data(self.id, unit))?;
         Ok(DataBag {
             relation: self.id,
             owner: Owner::Unit(unit.to_string()),
@@ -117,9 +116,7 @@ impl Relation {
     /// # Ok(()) }
     /// ```
     pub fn app_data(&self, app: &str) -> Result<DataBag> {
-        let entries = backend::with(|b| b.app_data(self.id, app))?
-            .into_iter()
-            .collect();
+        let entries = backend::with(|b| b.app_data(self.id, app))?;
         Ok(DataBag {
             relation: self.id,
             owner: Owner::App(app.to_string()),
@@ -196,7 +193,8 @@ impl Relation {
 pub struct DataBag {
     relation: u32,
     owner: Owner,
-    entries: BTreeMap<String, String>,
+    /// Shared with the hook's read cache until this bag is written.
+    entries: Entries,
 }
 
 impl DataBag {
@@ -233,7 +231,7 @@ impl DataBag {
     /// ```
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         self.write(key, Some(value))?;
-        self.entries.insert(key.to_string(), value.to_string());
+        Rc::make_mut(&mut self.entries).insert(key.to_string(), value.to_string());
         Ok(())
     }
 
@@ -246,7 +244,7 @@ impl DataBag {
     /// ```
     pub fn remove(&mut self, key: &str) -> Result<()> {
         self.write(key, None)?;
-        self.entries.remove(key);
+        Rc::make_mut(&mut self.entries).remove(key);
         Ok(())
     }
 

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Backend, RelationInfo};
+use super::{Backend, Entries, RelationInfo};
 use crate::error::Result;
 use crate::log::Level;
 use crate::{ConfigValue, Status};
@@ -35,7 +35,7 @@ pub(crate) struct Cached<B> {
     config_all: Option<Vec<(String, ConfigValue)>>,
     relation_ids: BTreeMap<String, Vec<u32>>,
     relations: BTreeMap<u32, RelationInfo>,
-    bags: BTreeMap<(u32, Owner), Vec<(String, String)>>,
+    bags: BTreeMap<(u32, Owner), Entries>,
     unit_status: Option<Status>,
     app_status: Option<Status>,
     stored: BTreeMap<String, Option<String>>,
@@ -163,14 +163,14 @@ impl<B: Backend> Backend for Cached<B> {
         kept_unless_refused(&mut self.relations, id, || inner.relation_get(id))
     }
 
-    fn unit_data(&mut self, id: u32, unit: &str) -> Result<Vec<(String, String)>> {
+    fn unit_data(&mut self, id: u32, unit: &str) -> Result<Entries> {
         let inner = &mut self.inner;
         kept_unless_refused(&mut self.bags, (id, Owner::Unit(unit.to_string())), || {
             inner.unit_data(id, unit)
         })
     }
 
-    fn app_data(&mut self, id: u32, app: &str) -> Result<Vec<(String, String)>> {
+    fn app_data(&mut self, id: u32, app: &str) -> Result<Entries> {
         let inner = &mut self.inner;
         kept_unless_refused(&mut self.bags, (id, Owner::App(app.to_string())), || {
             inner.app_data(id, app)

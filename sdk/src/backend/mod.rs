@@ -12,6 +12,10 @@ use crate::error::Result;
 use crate::log::Level;
 use crate::{ConfigValue, Status};
 
+/// A bag's entries, shared by the read cache and every [`crate::DataBag`] read from it: a
+/// bag read again is not copied again.
+pub(crate) type Entries = std::rc::Rc<std::collections::BTreeMap<String, String>>;
+
 /// A relation as the host describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RelationInfo {
@@ -35,8 +39,8 @@ pub(crate) trait Backend {
 
     fn relation_ids(&mut self, name: &str) -> Vec<u32>;
     fn relation_get(&mut self, id: u32) -> Result<RelationInfo>;
-    fn unit_data(&mut self, id: u32, unit: &str) -> Result<Vec<(String, String)>>;
-    fn app_data(&mut self, id: u32, app: &str) -> Result<Vec<(String, String)>>;
+    fn unit_data(&mut self, id: u32, unit: &str) -> Result<Entries>;
+    fn app_data(&mut self, id: u32, app: &str) -> Result<Entries>;
     fn set_unit_data(&mut self, id: u32, unit: &str, key: &str, value: Option<&str>) -> Result<()>;
     fn set_app_data(&mut self, id: u32, app: &str, key: &str, value: Option<&str>) -> Result<()>;
 
@@ -101,11 +105,15 @@ mod wit_backend {
                 remote_units: r.remote_units,
             })
         }
-        fn unit_data(&mut self, id: u32, unit: &str) -> Result<Vec<(String, String)>> {
-            Ok(relations::unit_data(id, unit)?)
+        fn unit_data(&mut self, id: u32, unit: &str) -> Result<Entries> {
+            Ok(Entries::new(
+                relations::unit_data(id, unit)?.into_iter().collect(),
+            ))
         }
-        fn app_data(&mut self, id: u32, app: &str) -> Result<Vec<(String, String)>> {
-            Ok(relations::app_data(id, app)?)
+        fn app_data(&mut self, id: u32, app: &str) -> Result<Entries> {
+            Ok(Entries::new(
+                relations::app_data(id, app)?.into_iter().collect(),
+            ))
         }
         fn set_unit_data(
             &mut self,

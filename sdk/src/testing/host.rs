@@ -8,7 +8,7 @@ use std::rc::Rc;
 use super::podspec::{self, PodSpecError};
 use super::state::{Bag, State};
 use super::{ActionOutput, Faults, LogLine};
-use crate::backend::{Backend, RelationInfo};
+use crate::backend::{Backend, Entries, RelationInfo};
 use crate::error::{Error, Result};
 use crate::log::Level;
 use crate::{ConfigValue, Metadata, Status};
@@ -254,23 +254,23 @@ impl Backend for HookBackend {
         })
     }
 
-    fn unit_data(&mut self, id: u32, unit: &str) -> Result<Vec<(String, String)>> {
+    fn unit_data(&mut self, id: u32, unit: &str) -> Result<Entries> {
         let mut h = self.0.borrow_mut();
         h.call();
         let r = h.relation(id)?;
         if unit == h.unit {
             let bag = overlay(&r.local_unit_data, h.writes.unit_bags.get(&id));
-            return Ok(bag.into_iter().collect());
+            return Ok(Entries::new(bag));
         }
         match r.remote_units.get(unit) {
-            Some(bag) => Ok(bag.clone().into_iter().collect()),
+            Some(bag) => Ok(Entries::new(bag.clone())),
             None => Err(Error::PermissionDenied(format!(
                 "unit {unit} is not in relation {id}"
             ))),
         }
     }
 
-    fn app_data(&mut self, id: u32, app: &str) -> Result<Vec<(String, String)>> {
+    fn app_data(&mut self, id: u32, app: &str) -> Result<Entries> {
         let mut h = self.0.borrow_mut();
         h.call();
         let r = h.relation(id)?;
@@ -282,14 +282,14 @@ impl Backend for HookBackend {
                 )));
             }
             let bag = overlay(&r.local_app_data, h.writes.app_bags.get(&id));
-            return Ok(bag.into_iter().collect());
+            return Ok(Entries::new(bag));
         }
         if app != r.remote_app {
             return Err(Error::PermissionDenied(format!(
                 "application {app} is not in relation {id}"
             )));
         }
-        Ok(r.remote_app_data.clone().into_iter().collect())
+        Ok(Entries::new(r.remote_app_data.clone()))
     }
 
     fn set_unit_data(&mut self, id: u32, unit: &str, key: &str, value: Option<&str>) -> Result<()> {

@@ -77,11 +77,48 @@ pub struct Database {
     pub problems: Vec<InvalidData>,
 }
 
-/// What the unit last told the charm about one relation, kept in its stored state.
+/// What the unit last told the charm about one relation, kept in its stored state: the
+/// connection strings as PostgreSQL published them, so that a hook in which they did not
+/// change compares text and parses nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Seen {
-    master: Option<ConnectionString>,
-    standbys: Vec<ConnectionString>,
+    master: Option<String>,
+    standbys: Vec<String>,
+}
+
+/// One relation read: its databases, and the text of what was used from PostgreSQL's data.
+#[derive(Debug, Clone, Default)]
+struct Reading {
+    db: Database,
+    /// The text of [`Database::master`], as published.
+    master: Option<String>,
+    /// The text of each of [`Database::standbys`], as published.
+    standbys: Vec<String>,
+}
+
+impl Reading {
+    /// Whether the master differs from `seen`'s: the same text is the same master, and
+    /// other text (another spelling of it, or text stored by an older version) is parsed.
+    fn master_changed(&self, seen: &Seen) -> bool {
+        seen.master != self.master && parse(seen.master.as_deref()) != self.db.master
+    }
+
+    /// As [`Reading::master_changed`], for the standbys.
+    fn standbys_changed(&self, seen: &Seen) -> bool {
+        seen.standbys != self.standbys
+            && seen
+                .standbys
+                .iter()
+                .map(|s| s.parse::<ConnectionString>().ok())
+                .collect::<Option<Vec<_>>>()
+                .as_ref()
+                != Some(&self.db.standbys)
+    }
+}
+
+/// A stored connection string; one that no longer parses is none.
+fn parse(text: Option<&str>) -> Option<ConnectionString> {
+    text.and_then(|t| t.parse().ok())
 }
 
 /// The client side of `pgsql` on one endpoint.
@@ -219,7 +256,10 @@ impl Requirer {
     /// One relation's databases as they are now, without waiting for an event: for hooks
     /// such as config-changed that need the master too.
     pub fn database(&self, model: &Model, relation: u32) -> charm_sdk::Result<Database> {
-        Ok((*self.read(model, &model.relation_by_id(relation)?)?).clone())
+        Ok(self
+            .read(model, &model.relation_by_id(relation)?)?
+            .db
+            .clone())
     }
 
     /// Every relation's databases on this endpoint, by relation id.
@@ -227,7 +267,7 @@ impl Requirer {
         model
             .relations(self.endpoint)?
             .iter()
-            .map(|r| Ok((*self.read(model, r)?).clone()))
+            .map(|r| Ok(self.read(model, r)?.db.clone()))
             .collect()
     }
 
@@ -235,12 +275,12 @@ impl Requirer {
     /// units' by name) with a master that has applied this client's request wins, as in
     /// ops' library. Read once per hook (until the hook writes): the library reads as it
     /// observes the event, and the charm reads again as it configures.
-    fn read(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<Rc<Database>> {
+    fn read(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<Rc<Reading>> {
         let key = format!("{}.relation.{}", self.source(), relation.id());
         model.memo(&key, || self.read_now(model, relation))
     }
 
-    fn read_now(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<Database> {
+    fn read_now(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<Reading> {
         let want = self.requested(model, relation.id())?.to_fields();
         let egress = subnets(relation.local_unit_data()?.get("egress-subnets"));
         let mut bags = vec![relation.remote_app_data()?];
@@ -249,11 +289,15 @@ impl Requirer {
         }
         let owners = std::iter::once(relation.remote_app().to_string())
             .chain(relation.remote_units().iter().cloned());
-        let mut db = Database {
-            relation: relation.id(),
-            remote_app: relation.remote_app().to_string(),
+        let mut reading = Reading {
+            db: Database {
+                relation: relation.id(),
+                remote_app: relation.remote_app().to_string(),
+                ..Default::default()
+            },
             ..Default::default()
         };
+        let db = &mut reading.db;
         let mut standbys_found = false;
         for (bag, owner) in bags.iter().zip(owners) {
             let invalid = |key: &str, reason: String| InvalidData {
@@ -265,20 +309,27 @@ impl Requirer {
             let ready = is_ready(bag, &want, &egress);
             if let Some(raw) = bag.get("master").filter(|m| !m.trim().is_empty()) {
                 match raw.parse::<ConnectionString>() {
-                    Ok(master) if ready && db.master.is_none() => db.master = Some(master),
+                    Ok(master) if ready && db.master.is_none() => {
+                        db.master = Some(master);
+                        reading.master = Some(raw.to_string());
+                    }
                     Ok(_) => {}
                     Err(e) => db.problems.push(invalid("master", e.to_string())),
                 }
             }
             if let Some(raw) = bag.get("standbys").filter(|s| !s.trim().is_empty()) {
                 let mut parsed = Vec::new();
+                let mut texts = Vec::new();
                 for (n, line) in raw
                     .lines()
                     .enumerate()
                     .filter(|(_, l)| !l.trim().is_empty())
                 {
                     match line.parse::<ConnectionString>() {
-                        Ok(standby) => parsed.push(standby),
+                        Ok(standby) => {
+                            parsed.push(standby);
+                            texts.push(line.to_string());
+                        }
                         Err(e) => db
                             .problems
                             .push(invalid("standbys", format!("line {}: {e}", n + 1))),
@@ -286,20 +337,22 @@ impl Requirer {
                 }
                 if ready && !standbys_found {
                     db.standbys = parsed;
+                    reading.standbys = texts;
                     standbys_found = true;
                 }
             }
         }
-        Ok(db)
+        Ok(reading)
     }
 
     /// Emits what changed on a relation since this unit last said, and what is malformed.
     fn follow(&self, model: &Model, relation: &Relation) -> HookResult {
-        let db = self.read(model, relation)?;
+        let reading = self.read(model, relation)?;
+        let db = &reading.db;
         let mut seen = self.seen(model)?;
         let before = seen.get(&db.relation).cloned().unwrap_or_default();
         let source = self.source();
-        if before.master != db.master {
+        if reading.master_changed(&before) {
             model.emit(
                 &source,
                 &RequirerEvent::MasterChanged {
@@ -308,7 +361,7 @@ impl Requirer {
                 },
             )?;
         }
-        if before.standbys != db.standbys {
+        if reading.standbys_changed(&before) {
             model.emit(
                 &source,
                 &RequirerEvent::StandbysChanged {
@@ -322,8 +375,8 @@ impl Requirer {
             model.emit(&source, &RequirerEvent::InvalidData(problem.clone()))?;
         }
         let now = Seen {
-            master: db.master.clone(),
-            standbys: db.standbys.clone(),
+            master: reading.master.clone(),
+            standbys: reading.standbys.clone(),
         };
         if now != before {
             seen.insert(db.relation, now);

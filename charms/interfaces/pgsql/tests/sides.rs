@@ -202,6 +202,51 @@ fn master_changed_fires_once_postgresql_has_applied_the_request() {
 }
 
 #[test]
+fn the_same_master_in_other_words_is_not_a_change() {
+    let ctx = Context::<Client>::new().unit("client/1");
+    // What this unit last said, as stored state holds it.
+    let said = |master: &str| serde_json::json!({ "1": { "master": master, "standbys": [] } });
+    let reordered = "password=pw user=juju_client dbname=client port=5432 host=pg-0";
+    let relation = Relation::new(1, "db", "pg")
+        .remote_app_data(applied())
+        .remote_app_data([("master", reordered)]);
+    let state = State::default()
+        .relation(relation.clone())
+        .leader_data([requested()])
+        .stored("charm-pgsql.db", &said(MASTER));
+    let out = ctx.run(relation.changed(None), state);
+    assert_eq!(
+        client_events(&out),
+        [],
+        "the same master, spelled otherwise"
+    );
+    assert_eq!(
+        out.state
+            .stored_value::<serde_json::Value>("charm-pgsql.db"),
+        Some(said(reordered)),
+        "the text as published is kept, so the next hook compares text"
+    );
+    let again = ctx.run(relation.changed(None), out.state.clone());
+    assert_eq!(client_events(&again), []);
+    assert_eq!(again.state, out.state);
+
+    // What was said no longer parses: the master is said again.
+    let state = State {
+        stored: Default::default(),
+        ..out.state
+    }
+    .stored("charm-pgsql.db", &said("host"));
+    let out = ctx.run(relation.changed(None), state);
+    assert_eq!(
+        client_events(&out),
+        [RequirerEvent::MasterChanged {
+            relation: 1,
+            master: Some(reordered.parse().unwrap())
+        }]
+    );
+}
+
+#[test]
 fn the_client_waits_until_its_egress_subnets_are_let_in() {
     let ctx = Context::<Client>::new().unit("client/1");
     let relation = Relation::new(1, "db", "pg")
