@@ -276,7 +276,7 @@ impl Requirer {
     /// ops' library. Read once per hook (until the hook writes): the library reads as it
     /// observes the event, and the charm reads again as it configures.
     fn read(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<Rc<Reading>> {
-        let key = format!("{}.relation.{}", self.source(), relation.id());
+        let key = format!("pgsql:{}.relation.{}", self.endpoint, relation.id());
         model.memo(&key, || self.read_now(model, relation))
     }
 
