@@ -1,9 +1,11 @@
 //! libpq connection strings in the keyword/value form the pgsql interface publishes:
 //! `host=db-0 port=5432 dbname=app user=juju_app password='a b'`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -53,11 +55,16 @@ pub enum ConnectionStringError {
     },
 }
 
-/// A libpq keyword/value connection string, parsed.
+/// A libpq keyword/value connection string.
 ///
-/// It prints with the well-known keywords first (`host`, `port`, `dbname`, `user`,
-/// `password`), then the others sorted, quoting values as libpq requires; parsing what it
-/// prints gives it back.
+/// A string built here prints with the well-known keywords first (`host`, `port`, `dbname`,
+/// `user`, `password`), then the others sorted, quoting values as libpq requires; parsing
+/// what it prints gives it back. A string parsed from text prints as that text (trimmed):
+/// what PostgreSQL published is what the charm passes on. Parsing checks the whole syntax
+/// at once but builds the parameters only when one is first asked for, so a hook that
+/// compares or passes a connection string on never takes it apart.
+///
+/// Two strings are equal when their parameters are, however each is spelled.
 ///
 /// ```
 /// use charm_pgsql::ConnectionString;
@@ -74,10 +81,17 @@ pub enum ConnectionStringError {
 ///     r"host=postgresql-0.postgresql-endpoints port=5432 dbname=discourse user=juju_discourse password='it\'s secret'"
 /// );
 /// assert_eq!(text.parse::<ConnectionString>().unwrap(), master);
+///
+/// let published: ConnectionString = "user=juju_discourse host=pg-0".parse().unwrap();
+/// assert_eq!(published.to_string(), "user=juju_discourse host=pg-0");
+/// assert_eq!(published, ConnectionString::new().host("pg-0").user("juju_discourse"));
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct ConnectionString {
-    params: BTreeMap<String, String>,
+    /// The text: as parsed, or printed from `params` when first asked for.
+    text: OnceLock<String>,
+    /// The parameters: as built, or read from `text` when first asked for.
+    params: OnceLock<BTreeMap<String, String>>,
 }
 
 /// The keywords printed first, in this order.
@@ -90,7 +104,14 @@ impl ConnectionString {
     /// assert_eq!(charm_pgsql::ConnectionString::new().to_string(), "");
     /// ```
     pub fn new() -> Self {
-        Self::default()
+        Self::from_params(BTreeMap::new())
+    }
+
+    fn from_params(params: BTreeMap<String, String>) -> Self {
+        ConnectionString {
+            text: OnceLock::new(),
+            params: OnceLock::from(params),
+        }
     }
 
     /// The same string with `keyword` set to `value`.
@@ -100,8 +121,10 @@ impl ConnectionString {
     /// assert_eq!(c.get("sslmode"), Some("require"));
     /// ```
     pub fn param(mut self, keyword: impl Into<String>, value: impl Into<String>) -> Self {
-        self.params.insert(keyword.into(), value.into());
-        self
+        self.params();
+        let mut params = self.params.take().unwrap_or_default();
+        params.insert(keyword.into(), value.into());
+        Self::from_params(params)
     }
 
     /// The same string with this host.
@@ -157,7 +180,7 @@ impl ConnectionString {
     /// assert_eq!(c.get("password"), None);
     /// ```
     pub fn get(&self, keyword: &str) -> Option<&str> {
-        self.params.get(keyword).map(String::as_str)
+        self.params().get(keyword).map(String::as_str)
     }
 
     /// The host.
@@ -197,42 +220,212 @@ impl ConnectionString {
     /// assert_eq!(c.params().keys().collect::<Vec<_>>(), ["host", "user"]);
     /// ```
     pub fn params(&self) -> &BTreeMap<String, String> {
-        &self.params
+        self.params.get_or_init(|| {
+            let text = self.text.get().map_or("", String::as_str);
+            let mut params = BTreeMap::new();
+            // The text was checked when parsed: scanning it again cannot fail.
+            let _ = scan(text, |keyword, value| {
+                params.insert(keyword.to_string(), unescape(value).into_owned());
+            });
+            params
+        })
+    }
+
+    /// The string as text: as it was parsed, or printed as [`Display`](fmt::Display) does.
+    ///
+    /// ```
+    /// let c: charm_pgsql::ConnectionString = " port=5432  host=db ".parse().unwrap();
+    /// assert_eq!(c.as_str(), "port=5432  host=db");
+    /// ```
+    pub fn as_str(&self) -> &str {
+        self.text.get_or_init(|| {
+            let params = self
+                .params
+                .get()
+                .expect("a string without text has parameters");
+            print(params)
+        })
+    }
+}
+
+impl Default for ConnectionString {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PartialEq for ConnectionString {
+    fn eq(&self, other: &Self) -> bool {
+        match (self.text.get(), other.text.get()) {
+            // The same text is the same parameters, without reading them.
+            (Some(a), Some(b)) if a == b => true,
+            _ => self.params() == other.params(),
+        }
+    }
+}
+
+impl Eq for ConnectionString {}
+
+impl fmt::Debug for ConnectionString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ConnectionString")
+            .field(&self.as_str())
+            .finish()
     }
 }
 
 impl fmt::Display for ConnectionString {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let known = WELL_KNOWN
-            .iter()
-            .filter_map(|k| self.params.get_key_value(*k));
-        let rest = self
-            .params
-            .iter()
-            .filter(|(k, _)| !WELL_KNOWN.contains(&k.as_str()));
-        for (i, (keyword, value)) in known.chain(rest).enumerate() {
-            if i > 0 {
-                f.write_str(" ")?;
-            }
-            write!(f, "{keyword}=")?;
-            let plain = !value.is_empty()
-                && !value
-                    .chars()
-                    .any(|c| c.is_whitespace() || c == '\'' || c == '\\');
-            if plain {
-                f.write_str(value)?;
-            } else {
-                f.write_str("'")?;
-                for c in value.chars() {
-                    if c == '\'' || c == '\\' {
-                        f.write_str("\\")?;
-                    }
-                    write!(f, "{c}")?;
+        f.write_str(self.as_str())
+    }
+}
+
+/// Prints parameters as libpq reads them: the well-known keywords first.
+fn print(params: &BTreeMap<String, String>) -> String {
+    let known = WELL_KNOWN.iter().filter_map(|k| params.get_key_value(*k));
+    let rest = params
+        .iter()
+        .filter(|(k, _)| !WELL_KNOWN.contains(&k.as_str()));
+    let mut out = String::new();
+    for (i, (keyword, value)) in known.chain(rest).enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(keyword);
+        out.push('=');
+        let plain = !value.is_empty()
+            && !value
+                .chars()
+                .any(|c| c.is_whitespace() || c == '\'' || c == '\\');
+        if plain {
+            out.push_str(value);
+        } else {
+            out.push('\'');
+            for c in value.chars() {
+                if c == '\'' || c == '\\' {
+                    out.push('\\');
                 }
-                f.write_str("'")?;
+                out.push(c);
+            }
+            out.push('\'');
+        }
+    }
+    out
+}
+
+/// A value as written (between its quotes, or its unquoted run) with `\` escapes removed.
+fn unescape(written: &str) -> Cow<'_, str> {
+    if !written.contains('\\') {
+        return Cow::Borrowed(written);
+    }
+    let mut value = String::with_capacity(written.len());
+    let mut chars = written.chars();
+    while let Some(c) = chars.next() {
+        // A `\` escapes the next character; one at the very end of the text stands for
+        // itself.
+        match c {
+            '\\' => value.push(chars.next().unwrap_or('\\')),
+            c => value.push(c),
+        }
+    }
+    Cow::Owned(value)
+}
+
+/// Checks `text`'s syntax as libpq reads it, handing each `keyword = value` pair in order to
+/// `pair`, the value as written (see [`unescape`]). Returns where the last value ends (white
+/// space after it means nothing). Allocates nothing unless it refuses.
+fn scan<'a>(
+    text: &'a str,
+    mut pair: impl FnMut(&'a str, &'a str),
+) -> Result<usize, ConnectionStringError> {
+    if text.trim().is_empty() {
+        return Err(ConnectionStringError::Empty);
+    }
+    if text.trim_start().starts_with("postgres://")
+        || text.trim_start().starts_with("postgresql://")
+    {
+        return Err(ConnectionStringError::Uri);
+    }
+    // Byte offsets into `text`; every character of the syntax is ASCII, so slicing at them
+    // is always on a character boundary.
+    let end = text.len();
+    let char_at = |i: usize| text[i..].chars().next();
+    let skip_space = |i: &mut usize| {
+        while let Some(c) = char_at(*i).filter(|c| c.is_whitespace()) {
+            *i += c.len_utf8();
+        }
+    };
+    let mut i = 0;
+    let mut last = 0;
+    loop {
+        skip_space(&mut i);
+        if i == end {
+            return Ok(last);
+        }
+        let start = i;
+        i += text[i..]
+            .bytes()
+            .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+            .count();
+        if i == start {
+            return Err(ConnectionStringError::BadKeyword { at: start });
+        }
+        let keyword = &text[start..i];
+        skip_space(&mut i);
+        match char_at(i) {
+            Some('=') => i += 1,
+            // `host-name=...`: the keyword itself is malformed.
+            Some(_) => return Err(ConnectionStringError::BadKeyword { at: start }),
+            None => {
+                return Err(ConnectionStringError::MissingEquals {
+                    keyword: keyword.to_string(),
+                    at: end,
+                });
             }
         }
-        Ok(())
+        skip_space(&mut i);
+        let written = if char_at(i) == Some('\'') {
+            let opened = i;
+            i += 1;
+            loop {
+                match char_at(i) {
+                    None => {
+                        return Err(ConnectionStringError::UnterminatedQuote {
+                            keyword: keyword.to_string(),
+                            at: opened,
+                        });
+                    }
+                    Some('\'') => {
+                        i += 1;
+                        break &text[opened + 1..i - 1];
+                    }
+                    Some('\\') if i + 1 < end => {
+                        i += 1 + char_at(i + 1).expect("a character follows").len_utf8();
+                    }
+                    Some(c) => i += c.len_utf8(),
+                }
+            }
+        } else {
+            let from = i;
+            while let Some(c) = char_at(i).filter(|c| !c.is_whitespace()) {
+                if c == '\\' && i + 1 < end {
+                    i += 1 + char_at(i + 1).expect("a character follows").len_utf8();
+                } else {
+                    i += c.len_utf8();
+                }
+            }
+            &text[from..i]
+        };
+        if keyword == "port" {
+            let value = unescape(written);
+            if value.parse::<u16>().map_or(true, |p| p == 0) {
+                return Err(ConnectionStringError::BadPort {
+                    value: value.into_owned(),
+                });
+            }
+        }
+        pair(keyword, written);
+        last = i;
     }
 }
 
@@ -243,109 +436,19 @@ impl FromStr for ConnectionString {
     /// single-quoted when they hold white space, `\` escaping the next character. A keyword
     /// given twice keeps its last value, as in libpq.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        if text.trim().is_empty() {
-            return Err(ConnectionStringError::Empty);
-        }
-        if text.trim_start().starts_with("postgres://")
-            || text.trim_start().starts_with("postgresql://")
-        {
-            return Err(ConnectionStringError::Uri);
-        }
-        // Byte offsets into `text`; every character of the syntax is ASCII, so slicing at
-        // them is always on a character boundary.
-        let end = text.len();
-        let char_at = |i: usize| text[i..].chars().next();
-        let skip_space = |i: &mut usize| {
-            while let Some(c) = char_at(*i).filter(|c| c.is_whitespace()) {
-                *i += c.len_utf8();
-            }
-        };
-        let mut params = BTreeMap::new();
-        let mut i = 0;
-        loop {
-            skip_space(&mut i);
-            if i == end {
-                break;
-            }
-            let start = i;
-            i += text[i..]
-                .bytes()
-                .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
-                .count();
-            if i == start {
-                return Err(ConnectionStringError::BadKeyword { at: start });
-            }
-            let keyword = &text[start..i];
-            skip_space(&mut i);
-            match char_at(i) {
-                Some('=') => i += 1,
-                // `host-name=...`: the keyword itself is malformed.
-                Some(_) => return Err(ConnectionStringError::BadKeyword { at: start }),
-                None => {
-                    return Err(ConnectionStringError::MissingEquals {
-                        keyword: keyword.to_string(),
-                        at: end,
-                    });
-                }
-            }
-            skip_space(&mut i);
-            let mut value = String::new();
-            if char_at(i) == Some('\'') {
-                let opened = i;
-                i += 1;
-                loop {
-                    match char_at(i) {
-                        None => {
-                            return Err(ConnectionStringError::UnterminatedQuote {
-                                keyword: keyword.to_string(),
-                                at: opened,
-                            });
-                        }
-                        Some('\'') => {
-                            i += 1;
-                            break;
-                        }
-                        Some('\\') if i + 1 < end => {
-                            let escaped = char_at(i + 1).expect("a character follows");
-                            value.push(escaped);
-                            i += 1 + escaped.len_utf8();
-                        }
-                        Some(c) => {
-                            value.push(c);
-                            i += c.len_utf8();
-                        }
-                    }
-                }
-            } else {
-                let run = text[i..]
-                    .find(char::is_whitespace)
-                    .map_or(end, |len| i + len);
-                if !text[i..run].contains('\\') {
-                    // The common case: the value is the run of text as it stands.
-                    value.push_str(&text[i..run]);
-                    i = run;
-                }
-                while let Some(mut c) = char_at(i).filter(|c| !c.is_whitespace()) {
-                    if c == '\\' && i + 1 < end {
-                        i += 1;
-                        c = char_at(i).expect("a character follows");
-                    }
-                    value.push(c);
-                    i += c.len_utf8();
-                }
-            }
-            if keyword == "port" && value.parse::<u16>().map_or(true, |p| p == 0) {
-                return Err(ConnectionStringError::BadPort { value });
-            }
-            params.insert(keyword.to_string(), value);
-        }
-        Ok(ConnectionString { params })
+        let end = scan(text, |_, _| {})?;
+        let start = text.len() - text.trim_start().len();
+        Ok(ConnectionString {
+            // Not `trim`: a value may end in an escaped space.
+            text: OnceLock::from(text[start..end].to_string()),
+            params: OnceLock::new(),
+        })
     }
 }
 
 impl Serialize for ConnectionString {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -425,6 +528,29 @@ mod tests {
     fn a_repeated_keyword_keeps_its_last_value() {
         let c: ConnectionString = "host=a host=b".parse().unwrap();
         assert_eq!(c.host_name(), Some("b"));
+    }
+
+    #[test]
+    fn a_parsed_string_prints_as_published() {
+        let c: ConnectionString = "\t user=u  host=db \n".parse().unwrap();
+        assert_eq!(c.to_string(), "user=u  host=db");
+        // White space that ends a value is kept: it is part of the value.
+        let c: ConnectionString = r"user=x\  ".parse().unwrap();
+        assert_eq!(c.as_str(), r"user=x\ ");
+        assert_eq!(c.get("user"), Some("x "));
+        // Changing a parameter prints the whole string as built.
+        let c = c.host("db");
+        assert_eq!(c.as_str(), r"host=db user='x '");
+    }
+
+    #[test]
+    fn equal_parameters_are_equal_strings_however_spelled() {
+        let a: ConnectionString = "host=db port=5432".parse().unwrap();
+        let b: ConnectionString = "port = '5432'   host=db".parse().unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a, ConnectionString::new().host("db").port(5432));
+        assert_ne!(a, "host=db port=5433".parse::<ConnectionString>().unwrap());
+        assert_ne!(a, ConnectionString::new().host("db"));
     }
 
     #[test]
@@ -530,7 +656,7 @@ mod tests {
         fn parses_as_the_reference_does(
             text in r"([ \t\x{3000}]{0,2}[a-z_\x{e9}-]{0,3} ?=? ?('|\\|[a-z\x{e9}\x{3000} =]){0,8}){1,5}"
         ) {
-            let ours = text.parse::<ConnectionString>().map(|c| c.params);
+            let ours = text.parse::<ConnectionString>().map(|c| c.params().clone());
             prop_assert_eq!(ours, reference_parse(&text));
         }
 
@@ -558,7 +684,13 @@ mod tests {
         #[test]
         fn any_text_parses_or_is_refused(text in "[ a-z=_'\\\\0-9]{0,40}") {
             if let Ok(c) = text.parse::<ConnectionString>() {
-                prop_assert_eq!(c.to_string().parse::<ConnectionString>().unwrap(), c);
+                prop_assert_eq!(&c.to_string().parse::<ConnectionString>().unwrap(), &c);
+                // Printed as built from its parameters, it still reads back the same.
+                let built = c
+                    .params()
+                    .iter()
+                    .fold(ConnectionString::new(), |b, (k, v)| b.param(k.clone(), v.clone()));
+                prop_assert_eq!(built.to_string().parse::<ConnectionString>().unwrap(), c);
             }
         }
     }

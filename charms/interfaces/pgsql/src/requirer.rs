@@ -86,33 +86,46 @@ struct Seen {
     standbys: Vec<String>,
 }
 
-/// One relation read: its databases, and the text of what was used from PostgreSQL's data.
-#[derive(Debug, Clone, Default)]
-struct Reading {
-    db: Database,
-    /// The text of [`Database::master`], as published.
-    master: Option<String>,
-    /// The text of each of [`Database::standbys`], as published.
-    standbys: Vec<String>,
-}
-
-impl Reading {
-    /// Whether the master differs from `seen`'s: the same text is the same master, and
-    /// other text (another spelling of it, or text stored by an older version) is parsed.
-    fn master_changed(&self, seen: &Seen) -> bool {
-        seen.master != self.master && parse(seen.master.as_deref()) != self.db.master
+impl Seen {
+    /// What a unit that reads `db` says.
+    fn of(db: &Database) -> Seen {
+        Seen {
+            master: db.master.as_ref().map(|m| m.as_str().to_string()),
+            standbys: db.standbys.iter().map(|s| s.as_str().to_string()).collect(),
+        }
     }
 
-    /// As [`Reading::master_changed`], for the standbys.
-    fn standbys_changed(&self, seen: &Seen) -> bool {
-        seen.standbys != self.standbys
-            && seen
+    /// Whether `db`'s connection strings are spelled as this says.
+    fn same_text(&self, db: &Database) -> bool {
+        self.master.as_deref() == db.master.as_ref().map(ConnectionString::as_str)
+            && self
+                .standbys
+                .iter()
+                .map(String::as_str)
+                .eq(db.standbys.iter().map(ConnectionString::as_str))
+    }
+
+    /// Whether `db`'s master differs from this: the same text is the same master, and
+    /// other text (another spelling of it, or text stored by an older version) is parsed.
+    fn master_changed(&self, db: &Database) -> bool {
+        self.master.as_deref() != db.master.as_ref().map(ConnectionString::as_str)
+            && parse(self.master.as_deref()) != db.master
+    }
+
+    /// As [`Seen::master_changed`], for the standbys.
+    fn standbys_changed(&self, db: &Database) -> bool {
+        !self
+            .standbys
+            .iter()
+            .map(String::as_str)
+            .eq(db.standbys.iter().map(ConnectionString::as_str))
+            && self
                 .standbys
                 .iter()
                 .map(|s| s.parse::<ConnectionString>().ok())
                 .collect::<Option<Vec<_>>>()
                 .as_ref()
-                != Some(&self.db.standbys)
+                != Some(&db.standbys)
     }
 }
 
@@ -161,7 +174,7 @@ impl Requirer {
     /// assert_eq!(charm_pgsql::Requirer::new("db").source(), "pgsql:db");
     /// ```
     pub fn source(&self) -> String {
-        format!("pgsql:{}", self.endpoint)
+        ["pgsql:", self.endpoint].concat()
     }
 
     /// The typed event, when `custom` is one of this side's; `None` for other events.
@@ -256,10 +269,7 @@ impl Requirer {
     /// One relation's databases as they are now, without waiting for an event: for hooks
     /// such as config-changed that need the master too.
     pub fn database(&self, model: &Model, relation: u32) -> charm_sdk::Result<Database> {
-        Ok(self
-            .read(model, &model.relation_by_id(relation)?)?
-            .db
-            .clone())
+        Ok((*self.read(model, &model.relation_by_id(relation)?)?).clone())
     }
 
     /// Every relation's databases on this endpoint, by relation id.
@@ -267,7 +277,7 @@ impl Requirer {
         model
             .relations(self.endpoint)?
             .iter()
-            .map(|r| Ok(self.read(model, r)?.db.clone()))
+            .map(|r| Ok((*self.read(model, r)?).clone()))
             .collect()
     }
 
@@ -275,12 +285,18 @@ impl Requirer {
     /// units' by name) with a master that has applied this client's request wins, as in
     /// ops' library. Read once per hook (until the hook writes): the library reads as it
     /// observes the event, and the charm reads again as it configures.
-    fn read(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<Rc<Reading>> {
-        let key = format!("pgsql:{}.relation.{}", self.endpoint, relation.id());
+    fn read(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<Rc<Database>> {
+        let key = [
+            "pgsql:",
+            self.endpoint,
+            ".relation.",
+            &relation.id().to_string(),
+        ]
+        .concat();
         model.memo(&key, || self.read_now(model, relation))
     }
 
-    fn read_now(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<Reading> {
+    fn read_now(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<Database> {
         let want = self.requested(model, relation.id())?.to_fields();
         let egress = subnets(relation.local_unit_data()?.get("egress-subnets"));
         let mut bags = vec![relation.remote_app_data()?];
@@ -289,15 +305,11 @@ impl Requirer {
         }
         let owners = std::iter::once(relation.remote_app().to_string())
             .chain(relation.remote_units().iter().cloned());
-        let mut reading = Reading {
-            db: Database {
-                relation: relation.id(),
-                remote_app: relation.remote_app().to_string(),
-                ..Default::default()
-            },
+        let mut db = Database {
+            relation: relation.id(),
+            remote_app: relation.remote_app().to_string(),
             ..Default::default()
         };
-        let db = &mut reading.db;
         let mut standbys_found = false;
         for (bag, owner) in bags.iter().zip(owners) {
             let invalid = |key: &str, reason: String| InvalidData {
@@ -309,27 +321,20 @@ impl Requirer {
             let ready = is_ready(bag, &want, &egress);
             if let Some(raw) = bag.get("master").filter(|m| !m.trim().is_empty()) {
                 match raw.parse::<ConnectionString>() {
-                    Ok(master) if ready && db.master.is_none() => {
-                        db.master = Some(master);
-                        reading.master = Some(raw.to_string());
-                    }
+                    Ok(master) if ready && db.master.is_none() => db.master = Some(master),
                     Ok(_) => {}
                     Err(e) => db.problems.push(invalid("master", e.to_string())),
                 }
             }
             if let Some(raw) = bag.get("standbys").filter(|s| !s.trim().is_empty()) {
                 let mut parsed = Vec::new();
-                let mut texts = Vec::new();
                 for (n, line) in raw
                     .lines()
                     .enumerate()
                     .filter(|(_, l)| !l.trim().is_empty())
                 {
                     match line.parse::<ConnectionString>() {
-                        Ok(standby) => {
-                            parsed.push(standby);
-                            texts.push(line.to_string());
-                        }
+                        Ok(standby) => parsed.push(standby),
                         Err(e) => db
                             .problems
                             .push(invalid("standbys", format!("line {}: {e}", n + 1))),
@@ -337,22 +342,20 @@ impl Requirer {
                 }
                 if ready && !standbys_found {
                     db.standbys = parsed;
-                    reading.standbys = texts;
                     standbys_found = true;
                 }
             }
         }
-        Ok(reading)
+        Ok(db)
     }
 
     /// Emits what changed on a relation since this unit last said, and what is malformed.
     fn follow(&self, model: &Model, relation: &Relation) -> HookResult {
-        let reading = self.read(model, relation)?;
-        let db = &reading.db;
+        let db = self.read(model, relation)?;
         let mut seen = self.seen(model)?;
         let before = seen.get(&db.relation).cloned().unwrap_or_default();
         let source = self.source();
-        if reading.master_changed(&before) {
+        if before.master_changed(&db) {
             model.emit(
                 &source,
                 &RequirerEvent::MasterChanged {
@@ -361,7 +364,7 @@ impl Requirer {
                 },
             )?;
         }
-        if reading.standbys_changed(&before) {
+        if before.standbys_changed(&db) {
             model.emit(
                 &source,
                 &RequirerEvent::StandbysChanged {
@@ -374,12 +377,8 @@ impl Requirer {
             charm_sdk::log::warning(&problem.to_string());
             model.emit(&source, &RequirerEvent::InvalidData(problem.clone()))?;
         }
-        let now = Seen {
-            master: reading.master.clone(),
-            standbys: reading.standbys.clone(),
-        };
-        if now != before {
-            seen.insert(db.relation, now);
+        if !before.same_text(&db) {
+            seen.insert(db.relation, Seen::of(&db));
             model.stored().set(&self.stored_key(), &seen)?;
         }
         Ok(())
@@ -429,7 +428,7 @@ impl Requirer {
     }
 
     fn stored_key(&self) -> String {
-        format!("charm-pgsql.{}", self.endpoint)
+        ["charm-pgsql.", self.endpoint].concat()
     }
 
     fn seen(&self, model: &Model) -> charm_sdk::Result<BTreeMap<u32, Seen>> {
