@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use charm_host::model::{
@@ -114,7 +115,7 @@ fn hook_writes(relation: RelationId, n: u64) -> Changes {
                 ("port".to_string(), Some("80".to_string())),
             ]),
         )]),
-        pod_spec: Some(PodSpecWrite {
+        pod_spec: Some(Arc::new(PodSpecWrite {
             spec: json!({
                 "version": 3,
                 "containers": [{
@@ -125,7 +126,7 @@ fn hook_writes(relation: RelationId, n: u64) -> Changes {
                 }],
             }),
             k8s_resources: None,
-        }),
+        })),
         unit_status: Some(Status::new(StatusKind::Active, format!("ready ({n})"))),
         ..Changes::default()
     }

@@ -265,6 +265,9 @@ fn main() {
             "full_hook/memory" => Box::new(|| {
                 common::full_hook(&rt, memory.store.as_ref(), &discourse, &memory.unit);
             }),
+            "full_hook/sqlite" => Box::new(|| {
+                common::full_hook(&rt, sqlite.store.as_ref(), &discourse, &sqlite.unit);
+            }),
             "is_leader" => Box::new(host_call("is-leader", IS_LEADER_CALLS)),
             other => panic!("no case {other}"),
         };

@@ -2,6 +2,7 @@
 //! metadata, and the buffered writes of one hook.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -287,8 +288,9 @@ pub struct Changes {
     pub app_bags: BTreeMap<RelationId, BagWrites>,
     /// Writes to the leader settings. Leader only.
     pub leader_data: BagWrites,
-    /// A new pod spec. Leader only.
-    pub pod_spec: Option<PodSpecWrite>,
+    /// A new pod spec. Leader only. Shared with the validation that accepted it, which a
+    /// charm setting the same spec every hook gets back without copying.
+    pub pod_spec: Option<Arc<PodSpecWrite>>,
     /// A new unit status.
     pub unit_status: Option<Status>,
     /// A new application status. Leader only.

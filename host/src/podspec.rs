@@ -373,7 +373,7 @@ pub fn validate(spec: &str, k8s_resources: Option<&str>) -> Result<PodSpecWrite,
 ///
 /// let last = LastValid::default();
 /// let spec = "version: 3\ncontainers: [{name: app, image: nginx}]";
-/// assert_eq!(last.validate("web", spec, None), validate(spec, None));
+/// assert_eq!(*last.validate("web", spec, None).unwrap(), validate(spec, None).unwrap());
 /// assert!(last.holds("web", spec, None), "the accepted text is remembered");
 /// assert!(!last.holds("db", spec, None), "for its application only");
 /// assert!(last.validate("web", "version: 2", None).is_err());
@@ -390,7 +390,7 @@ pub struct LastValid(Mutex<HashMap<String, Arc<Accepted>>>);
 struct Accepted {
     spec: String,
     k8s_resources: Option<String>,
-    write: PodSpecWrite,
+    write: Arc<PodSpecWrite>,
 }
 
 impl Accepted {
@@ -401,19 +401,19 @@ impl Accepted {
 
 impl LastValid {
     /// What [`validate`] answers for this text, from memory when it is the text `app` last
-    /// had accepted.
+    /// had accepted: then the very write it answered last time, shared.
     pub fn validate(
         &self,
         app: &str,
         spec: &str,
         k8s_resources: Option<&str>,
-    ) -> Result<PodSpecWrite, PodSpecError> {
+    ) -> Result<Arc<PodSpecWrite>, PodSpecError> {
         if let Some(last) = self.last(app)
             && last.is(spec, k8s_resources)
         {
             return Ok(last.write.clone());
         }
-        let write = validate(spec, k8s_resources)?;
+        let write = Arc::new(validate(spec, k8s_resources)?);
         let accepted = Arc::new(Accepted {
             spec: spec.to_string(),
             k8s_resources: k8s_resources.map(str::to_string),

@@ -6,6 +6,7 @@
 //! across reopen, refusal of files it must not touch, and two handles on one file.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use charm_host::model::{
@@ -190,10 +191,10 @@ fn leader_hook(m: &Model) -> Changes {
         unit_bags: BTreeMap::from([(m.web_db.id, writes(&[("host", Some("web-0"))]))]),
         app_bags: BTreeMap::from([(m.web_db.id, writes(&[("database", Some("web"))]))]),
         leader_data: writes(&[("secret", Some("s3cret"))]),
-        pod_spec: Some(PodSpecWrite {
+        pod_spec: Some(Arc::new(PodSpecWrite {
             spec: json!({"containers": [{"name": "web"}]}),
             k8s_resources: None,
-        }),
+        })),
         unit_status: Some(status(StatusKind::Active, "ready")),
         app_status: Some(status(StatusKind::Active, "serving")),
         workload_version: Some("1.2.3".into()),
@@ -590,10 +591,10 @@ async fn pod_spec_revision_grows_only_on_change(store: &dyn Store) {
     deploy(store).await;
     let fence = hold(store, "web", "web/0", LONG).await;
     let set = |spec: serde_json::Value, resources: Option<serde_json::Value>| Changes {
-        pod_spec: Some(PodSpecWrite {
+        pod_spec: Some(Arc::new(PodSpecWrite {
             spec,
             k8s_resources: resources,
-        }),
+        })),
         ..Changes::default()
     };
     let spec = json!({"containers": [{"name": "web", "image": "nginx:1.25", "ports": [80, 443]}]});
@@ -2065,7 +2066,7 @@ mod sqlite_only {
                     .then(|| json!({"secrets": [{"name": format!("s{i}")}]})),
             };
             let changes = Changes {
-                pod_spec: Some(write.clone()),
+                pod_spec: Some(Arc::new(write.clone())),
                 ..Changes::default()
             };
             let done = store
@@ -2216,10 +2217,10 @@ mod sqlite_only {
         // New revisions continue the history.
         let fence = hold(&store, "web", "web/0", LONG).await;
         let new_spec = Changes {
-            pod_spec: Some(PodSpecWrite {
+            pod_spec: Some(Arc::new(PodSpecWrite {
                 spec: json!({"containers": [{"name": "web", "image": "new"}]}),
                 k8s_resources: None,
-            }),
+            })),
             ..Changes::default()
         };
         store

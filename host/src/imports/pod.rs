@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use crate::bindings::juju::charm::pod::Host;
 use crate::bindings::types::{Error, FieldError};
 use crate::context::HookContext;
@@ -8,7 +10,7 @@ impl Host for HookContext {
         super::require_leader(self)?;
         let write = match &self.pod_specs {
             Some(last) => last.validate(&self.snapshot.app, &spec, k8s_resources.as_deref()),
-            None => podspec::validate(&spec, k8s_resources.as_deref()),
+            None => podspec::validate(&spec, k8s_resources.as_deref()).map(Arc::new),
         };
         let write = write.map_err(|e| match e {
             PodSpecError::Spec(f) => Error::InvalidPodSpec(FieldError {
