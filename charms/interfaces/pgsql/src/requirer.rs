@@ -95,30 +95,28 @@ impl Seen {
         }
     }
 
-    /// Whether `db`'s connection strings are spelled as this says.
-    fn same_text(&self, db: &Database) -> bool {
+    /// Whether `db`'s master is spelled as this says.
+    fn same_master_text(&self, db: &Database) -> bool {
         self.master.as_deref() == db.master.as_ref().map(ConnectionString::as_str)
-            && self
-                .standbys
-                .iter()
-                .map(String::as_str)
-                .eq(db.standbys.iter().map(ConnectionString::as_str))
+    }
+
+    /// Whether `db`'s standbys are spelled as this says.
+    fn same_standbys_text(&self, db: &Database) -> bool {
+        self.standbys
+            .iter()
+            .map(String::as_str)
+            .eq(db.standbys.iter().map(ConnectionString::as_str))
     }
 
     /// Whether `db`'s master differs from this: the same text is the same master, and
     /// other text (another spelling of it, or text stored by an older version) is parsed.
     fn master_changed(&self, db: &Database) -> bool {
-        self.master.as_deref() != db.master.as_ref().map(ConnectionString::as_str)
-            && parse(self.master.as_deref()) != db.master
+        !self.same_master_text(db) && parse(self.master.as_deref()) != db.master
     }
 
     /// As [`Seen::master_changed`], for the standbys.
     fn standbys_changed(&self, db: &Database) -> bool {
-        !self
-            .standbys
-            .iter()
-            .map(String::as_str)
-            .eq(db.standbys.iter().map(ConnectionString::as_str))
+        !self.same_standbys_text(db)
             && self
                 .standbys
                 .iter()
@@ -377,7 +375,7 @@ impl Requirer {
             charm_sdk::log::warning(&problem.to_string());
             model.emit(&source, &RequirerEvent::InvalidData(problem.clone()))?;
         }
-        if !before.same_text(&db) {
+        if !before.same_master_text(&db) || !before.same_standbys_text(&db) {
             seen.insert(db.relation, Seen::of(&db));
             model.stored().set(&self.stored_key(), &seen)?;
         }
