@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use wasmtime::component::types::ComponentItem;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, ComponentExportIndex, HasSelf, Linker, TypedFunc};
 use wasmtime::{
     Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
 };
@@ -285,9 +285,18 @@ impl CharmRuntime {
             path: path.clone(),
             reason: format!("{e:#}"),
         })?;
+        let handle_hook = pre
+            .instance_pre()
+            .component()
+            .get_export_index(None, "handle-hook")
+            .ok_or_else(|| LoadError::WrongWorld {
+                path: path.clone(),
+                reason: "it does not export handle-hook".into(),
+            })?;
         let mut charm = Charm {
             runtime: self.clone(),
             pre,
+            handle_hook,
             // Filled in from the charm's own `metadata` export just below.
             metadata: Arc::default(),
             loaded_from,
@@ -371,6 +380,10 @@ fn check_world(engine: &Engine, component: &Component) -> Result<(), String> {
 pub struct Charm {
     runtime: CharmRuntime,
     pre: CharmPre<HookContext>,
+    /// Where `handle-hook` is among the component's exports. Its type is checked once, by
+    /// the instance that reads the metadata when the charm loads; a hook's call then looks
+    /// it up by index and checks nothing (see [`Charm::run_hook`]).
+    handle_hook: ComponentExportIndex,
     metadata: Arc<CharmMetadata>,
     loaded_from: LoadedFrom,
     /// The pod spec each of its applications last set, validated.
@@ -459,6 +472,30 @@ impl Charm {
         })
     }
 
+    /// A fresh instance's `handle-hook`, called. Instantiating through the generated
+    /// `CharmPre::instantiate` would check both exports' types against the world on every
+    /// hook (a few thousand instructions); they were checked when the charm loaded.
+    fn call_handle_hook(
+        &self,
+        store: &mut Store<HookContext>,
+        context: &types::Context,
+        event: &types::Event,
+    ) -> wasmtime::Result<Result<(), String>> {
+        let instance = self.pre.instance_pre().instantiate(&mut *store)?;
+        let func = instance
+            .get_func(&mut *store, self.handle_hook)
+            .ok_or_else(|| wasmtime::format_err!("the instance has no handle-hook export"))?;
+        // SAFETY: every instance comes from the same `InstancePre`, and `read_metadata`'s
+        // instance checked `handle-hook` against this signature when the charm loaded.
+        let typed = unsafe {
+            TypedFunc::<(&types::Context, &types::Event), (Result<(), String>,)>::new_unchecked(
+                func,
+            )
+        };
+        let (result,) = typed.call(&mut *store, (context, event))?;
+        Ok(result)
+    }
+
     fn store(
         &self,
         ctx: HookContext,
@@ -516,10 +553,7 @@ impl Charm {
         ctx.pod_specs = Some(self.pod_specs.clone());
         let slot = self.runtime.slots.acquire();
         let mut store = self.store(ctx, guarantee);
-        let result = self
-            .pre
-            .instantiate(&mut store)
-            .and_then(|instance| instance.call_handle_hook(&mut store, &context, event));
+        let result = self.call_handle_hook(&mut store, &context, event);
         // Dropping the store gives its instance back to the pool, then the slot back.
         let data = store.into_data();
         drop(slot);
