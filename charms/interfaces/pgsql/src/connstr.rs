@@ -346,13 +346,13 @@ fn scan<'a>(
     {
         return Err(ConnectionStringError::Uri);
     }
-    // Byte offsets into `text`; every character of the syntax is ASCII, so slicing at them
-    // is always on a character boundary.
+    // Byte offsets into `text`, always on a character boundary: the syntax's characters are
+    // all ASCII, and a step over anything else takes its whole UTF-8 sequence.
+    let bytes = text.as_bytes();
     let end = text.len();
-    let char_at = |i: usize| text[i..].chars().next();
     let skip_space = |i: &mut usize| {
-        while let Some(c) = char_at(*i).filter(|c| c.is_whitespace()) {
-            *i += c.len_utf8();
+        while let Some(n) = space_at(text, *i) {
+            *i += n;
         }
     };
     let mut i = 0;
@@ -363,17 +363,17 @@ fn scan<'a>(
             return Ok(last);
         }
         let start = i;
-        i += text[i..]
-            .bytes()
-            .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        i += bytes[i..]
+            .iter()
+            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_')
             .count();
         if i == start {
             return Err(ConnectionStringError::BadKeyword { at: start });
         }
         let keyword = &text[start..i];
         skip_space(&mut i);
-        match char_at(i) {
-            Some('=') => i += 1,
+        match bytes.get(i) {
+            Some(b'=') => i += 1,
             // `host-name=...`: the keyword itself is malformed.
             Some(_) => return Err(ConnectionStringError::BadKeyword { at: start }),
             None => {
@@ -384,35 +384,32 @@ fn scan<'a>(
             }
         }
         skip_space(&mut i);
-        let written = if char_at(i) == Some('\'') {
+        let written = if bytes.get(i) == Some(&b'\'') {
             let opened = i;
             i += 1;
             loop {
-                match char_at(i) {
+                match bytes.get(i) {
                     None => {
                         return Err(ConnectionStringError::UnterminatedQuote {
                             keyword: keyword.to_string(),
                             at: opened,
                         });
                     }
-                    Some('\'') => {
+                    Some(b'\'') => {
                         i += 1;
                         break &text[opened + 1..i - 1];
                     }
-                    Some('\\') if i + 1 < end => {
-                        i += 1 + char_at(i + 1).expect("a character follows").len_utf8();
-                    }
-                    Some(c) => i += c.len_utf8(),
+                    Some(b'\\') if i + 1 < end => i += 1 + utf8_len(bytes[i + 1]),
+                    Some(&b) => i += utf8_len(b),
                 }
             }
         } else {
             let from = i;
-            while let Some(c) = char_at(i).filter(|c| !c.is_whitespace()) {
-                if c == '\\' && i + 1 < end {
-                    i += 1 + char_at(i + 1).expect("a character follows").len_utf8();
-                } else {
-                    i += c.len_utf8();
-                }
+            while i < end && space_at(text, i).is_none() {
+                i += match bytes[i] {
+                    b'\\' if i + 1 < end => 1 + utf8_len(bytes[i + 1]),
+                    b => utf8_len(b),
+                };
             }
             &text[from..i]
         };
@@ -426,6 +423,32 @@ fn scan<'a>(
         }
         pair(keyword, written);
         last = i;
+    }
+}
+
+/// The length of the white space character at byte `i` of `text` (a character boundary),
+/// if there is one: white space as [`char::is_whitespace`] has it, looked up without
+/// decoding when the byte is ASCII.
+fn space_at(text: &str, i: usize) -> Option<usize> {
+    match *text.as_bytes().get(i)? {
+        // U+000B counts, unlike for `u8::is_ascii_whitespace`.
+        b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r' => Some(1),
+        b if b < 0x80 => None,
+        _ => text[i..]
+            .chars()
+            .next()
+            .filter(|c| c.is_whitespace())
+            .map(char::len_utf8),
+    }
+}
+
+/// The length of the UTF-8 sequence that `first` begins.
+fn utf8_len(first: u8) -> usize {
+    match first {
+        0..0xc0 => 1,
+        0xc0..0xe0 => 2,
+        0xe0..0xf0 => 3,
+        _ => 4,
     }
 }
 
@@ -654,7 +677,7 @@ mod tests {
         /// The parser gives what the reference gives, parameters or error, on any text.
         #[test]
         fn parses_as_the_reference_does(
-            text in r"([ \t\x{3000}]{0,2}[a-z_\x{e9}-]{0,3} ?=? ?('|\\|[a-z\x{e9}\x{3000} =]){0,8}){1,5}"
+            text in r"([ \t\x0b\x{85}\x{3000}]{0,2}[a-z_\x{e9}-]{0,3} ?=? ?('|\\|[a-z\x{e9}\x{3000}\x{85} =]){0,8}){1,5}"
         ) {
             let ours = text.parse::<ConnectionString>().map(|c| c.params().clone());
             prop_assert_eq!(ours, reference_parse(&text));
