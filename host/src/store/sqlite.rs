@@ -55,6 +55,7 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use rusqlite::config::DbConfig;
 use rusqlite::types::ToSql;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
@@ -142,6 +143,12 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "NORMAL").db()?;
         conn.pragma_update(None, "foreign_keys", "ON").db()?;
         conn.set_prepared_statement_cache_capacity(64);
+        // Plans that do not depend on the values bound. Without this, SQLite (built with
+        // STAT4) compiles a cached statement again each time a parameter that it compares
+        // with an indexed column is bound, same value or not: two of a snapshot's queries,
+        // on every hook.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+            .db()?;
         migrate(&mut conn)?;
         bind_model(&mut conn, model)?;
         Ok(SqliteStore {
@@ -597,13 +604,12 @@ fn read_relations(conn: &Connection) -> Result<Vec<RelationRecord>, StoreError> 
 }
 
 /// The relations `app` takes part in, by id.
+/// The relations `?1` is in, by id.
+const RELATIONS_OF: &str = "SELECT r.id, r.interface, r.endpoints FROM relation_apps a
+         JOIN relations r ON r.id = a.relation WHERE a.app = ?1 ORDER BY r.id";
+
 fn relations_of(conn: &Connection, app: &str) -> Result<Vec<RelationRecord>, StoreError> {
-    relations_where(
-        conn,
-        "SELECT r.id, r.interface, r.endpoints FROM relation_apps a
-         JOIN relations r ON r.id = a.relation WHERE a.app = ?1 ORDER BY r.id",
-        Some(app),
-    )
+    relations_where(conn, RELATIONS_OF, Some(app))
 }
 
 fn relations_where(
@@ -644,10 +650,11 @@ fn relation_record(
     })
 }
 
+/// The units of `?1`, by number.
+const UNIT_NAMES: &str = "SELECT name FROM units WHERE app = ?1 ORDER BY number";
+
 fn unit_names(conn: &Connection, app: &str) -> Result<Vec<String>, StoreError> {
-    let mut stmt = conn
-        .prepare_cached("SELECT name FROM units WHERE app = ?1 ORDER BY number")
-        .db()?;
+    let mut stmt = conn.prepare_cached(UNIT_NAMES).db()?;
     let names = stmt
         .query_map([app], |r| r.get(0))
         .db()?
@@ -1422,5 +1429,76 @@ impl StateStore for SqliteStore {
                 .db()?;
             status_in(&tx)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::StatementStatus;
+
+    use super::*;
+    use crate::model::{EndpointMeta, RelationEndpoint, RelationRole};
+
+    fn app(name: &str) -> ApplicationRecord {
+        ApplicationRecord {
+            name: name.into(),
+            charm: format!("{name}.wasm"),
+            metadata: CharmMetadata {
+                name: name.into(),
+                relations: vec![EndpointMeta {
+                    name: "db".into(),
+                    role: if name == "web" {
+                        RelationRole::Requires
+                    } else {
+                        RelationRole::Provides
+                    },
+                    interface: "pgsql".into(),
+                    limit: None,
+                }],
+                ..CharmMetadata::default()
+            },
+            config: BTreeMap::new(),
+        }
+    }
+
+    /// A snapshot's queries are compiled once: binding their parameters again, hook after
+    /// hook, does not make SQLite compile them again.
+    #[test]
+    fn snapshots_reuse_their_compiled_queries() {
+        let store = SqliteStore::in_memory("m").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            for name in ["web", "db"] {
+                store.add_application(app(name)).await.unwrap();
+                store.add_unit(name).await.unwrap();
+            }
+            let endpoints = ["web", "db"].map(|app| RelationEndpoint {
+                app: app.into(),
+                endpoint: "db".into(),
+            });
+            store
+                .add_relation("pgsql", endpoints.to_vec())
+                .await
+                .unwrap();
+            for unit in ["web/0", "db/0", "web/0", "db/0", "web/0"] {
+                let snapshot = store.snapshot(unit).await.unwrap();
+                assert_eq!(snapshot.relations.len(), 1, "{unit} sees the relation");
+            }
+        });
+        let conn = store.lock();
+        for sql in [RELATIONS_OF, UNIT_NAMES] {
+            let stmt = conn.prepare_cached(sql).unwrap();
+            assert_eq!(
+                stmt.get_status(StatementStatus::RePrepare),
+                0,
+                "compiled again after a new binding: {sql}"
+            );
+            assert!(
+                stmt.get_status(StatementStatus::Run) >= 5,
+                "{sql} was not the one run"
+            );
+        }
     }
 }
