@@ -48,8 +48,8 @@
 //! connection.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -100,6 +100,109 @@ const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 pub struct SqliteStore {
     model: String,
     conn: Mutex<Connection>,
+    configs: ConfigMemo,
+}
+
+/// Each application's effective config (the charm's declared defaults under the operator's
+/// settings), kept with the stored texts it was computed from: a snapshot that reads the
+/// same texts again, as nearly every one does, reuses it instead of parsing the charm's
+/// metadata. Keyed by content, so it is right whoever wrote the file.
+#[derive(Debug, Default)]
+struct ConfigMemo(Mutex<HashMap<String, MemoizedConfig>>);
+
+#[derive(Debug)]
+struct MemoizedConfig {
+    metadata: String,
+    config: String,
+    effective: BTreeMap<String, ConfigValue>,
+}
+
+impl ConfigMemo {
+    /// `app`'s effective config, from its row's `metadata` and `config` texts.
+    fn effective(
+        &self,
+        app: &str,
+        metadata: String,
+        config: String,
+    ) -> Result<BTreeMap<String, ConfigValue>, StoreError> {
+        let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = memo.get(app)
+            && m.metadata == metadata
+            && m.config == config
+        {
+            return Ok(m.effective.clone());
+        }
+        let record = app_from_row(app.to_string(), String::new(), &metadata, &config)?;
+        let mut effective = BTreeMap::new();
+        for option in record.metadata.config {
+            if let Some(default) = option.default {
+                effective.insert(option.name, default);
+            }
+        }
+        effective.extend(record.config);
+        memo.insert(
+            app.to_string(),
+            MemoizedConfig {
+                metadata,
+                config,
+                effective: effective.clone(),
+            },
+        );
+        Ok(effective)
+    }
+}
+
+/// A transaction on the hook path (snapshot, commit, queue), begun and ended through the
+/// connection's statement cache: `BEGIN`, `COMMIT` and `ROLLBACK` are compiled once, where
+/// rusqlite's `Transaction` compiles each of them every time. Dropped without
+/// [`HookTx::commit`], it rolls back.
+struct HookTx<'c> {
+    conn: &'c Connection,
+    open: bool,
+}
+
+impl<'c> HookTx<'c> {
+    /// A read transaction: it sees one instant of the file from its first read.
+    fn read(conn: &'c Connection) -> rusqlite::Result<Self> {
+        Self::begin(conn, "BEGIN DEFERRED")
+    }
+
+    /// A write transaction: it holds the file's write lock from here to its end.
+    fn write(conn: &'c Connection) -> rusqlite::Result<Self> {
+        Self::begin(conn, "BEGIN IMMEDIATE")
+    }
+
+    fn begin(conn: &'c Connection, begin: &str) -> rusqlite::Result<Self> {
+        conn.prepare_cached(begin)?.execute([])?;
+        Ok(HookTx { conn, open: true })
+    }
+
+    fn commit(mut self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached("COMMIT")?.execute([])?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for HookTx<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for HookTx<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            // As rusqlite's `Transaction`: a failed rollback leaves nothing to do here, and
+            // SQLite rolls back what is left when the next transaction begins.
+            let _ = self
+                .conn
+                .prepare_cached("ROLLBACK")
+                .and_then(|mut s| s.execute([]));
+        }
+    }
 }
 
 impl SqliteStore {
@@ -154,6 +257,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             model: model.to_string(),
             conn: Mutex::new(conn),
+            configs: ConfigMemo::default(),
         })
     }
 
@@ -978,7 +1082,12 @@ fn commit_in(
     Ok(Committed { receipt, queued })
 }
 
-fn snapshot_in(conn: &Connection, model: &str, unit: &str) -> Result<UnitSnapshot, StoreError> {
+fn snapshot_in(
+    conn: &Connection,
+    configs: &ConfigMemo,
+    model: &str,
+    unit: &str,
+) -> Result<UnitSnapshot, StoreError> {
     let app_name = app_of(unit);
     let (unit_status, elected_term): (String, Option<i64>) = conn
         .prepare_cached("SELECT status, elected_term FROM units WHERE name = ?1")
@@ -988,26 +1097,16 @@ fn snapshot_in(conn: &Connection, model: &str, unit: &str) -> Result<UnitSnapsho
         })
         .db()?
         .ok_or_else(|| not_found(format!("unit {unit}")))?;
-    let app_row: (String, String, String, String) = conn
-        .prepare_cached("SELECT charm, metadata, config, status FROM applications WHERE name = ?1")
+    let app_row: (String, String, String) = conn
+        .prepare_cached("SELECT metadata, config, status FROM applications WHERE name = ?1")
         .and_then(|mut s| {
-            s.query_row([app_name], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })
-            .optional()
+            s.query_row([app_name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()
         })
         .db()?
         .ok_or_else(|| not_found(format!("application {app_name}")))?;
-    let (charm, metadata, config, app_status) = app_row;
-    let record = app_from_row(app_name.to_string(), charm, &metadata, &config)?;
-
-    let mut config = BTreeMap::new();
-    for option in &record.metadata.config {
-        if let Some(d) = &option.default {
-            config.insert(option.name.clone(), d.clone());
-        }
-    }
-    config.extend(record.config);
+    let (metadata, config, app_status) = app_row;
+    let config = configs.effective(app_name, metadata, config)?;
 
     let mut relations = BTreeMap::new();
     for rel in relations_of(conn, app_name)? {
@@ -1330,10 +1429,8 @@ impl StateStore for SqliteStore {
 
     fn queued<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
         Box::pin(async move {
-            let mut conn = self.lock();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Deferred)
-                .db()?;
+            let conn = self.lock();
+            let tx = HookTx::read(&conn).db()?;
             if !unit_exists(&tx, unit)? {
                 return Err(not_found(format!("unit {unit}")));
             }
@@ -1347,12 +1444,10 @@ impl StateStore for SqliteStore {
 
     fn snapshot<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitSnapshot, StoreError>> {
         Box::pin(async move {
-            let mut conn = self.lock();
+            let conn = self.lock();
             // One read transaction: the hook sees one instant of the model.
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Deferred)
-                .db()?;
-            snapshot_in(&tx, &self.model, unit)
+            let tx = HookTx::read(&conn).db()?;
+            snapshot_in(&tx, &self.configs, &self.model, unit)
         })
     }
 
@@ -1364,13 +1459,11 @@ impl StateStore for SqliteStore {
         fence: Option<&'a Fence>,
     ) -> BoxFuture<'a, Result<Committed, CommitError>> {
         Box::pin(async move {
-            let mut conn = self.lock();
+            let conn = self.lock();
             // IMMEDIATE: the write lock is held from the fence check to the commit, across
             // every process sharing the file. An error returns before `commit` and dropping
             // the transaction rolls back whatever was written.
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
+            let tx = HookTx::write(&conn).db()?;
             let committed = commit_in(&tx, unit, hook, changes, fence)?;
             tx.commit().db()?;
             Ok(committed)
@@ -1459,6 +1552,42 @@ mod tests {
             },
             config: BTreeMap::new(),
         }
+    }
+
+    /// A snapshot reuses the effective config it computed last only while the application's
+    /// row holds the same texts: settings written since (by another handle on the file, say)
+    /// are seen at once.
+    #[test]
+    fn snapshots_see_the_config_the_row_holds_now() {
+        let store = SqliteStore::in_memory("m").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut web = app("web");
+        web.metadata.config = vec![crate::model::ConfigOptionMeta {
+            name: "greeting".into(),
+            kind: crate::model::OptionType::String,
+            default: Some(ConfigValue::String("hello".into())),
+            description: String::new(),
+        }];
+        let greeting = |store: &SqliteStore| {
+            let snapshot = rt.block_on(store.snapshot("web/0")).unwrap();
+            snapshot.config["greeting"].clone()
+        };
+        rt.block_on(async {
+            store.add_application(web).await.unwrap();
+            store.add_unit("web").await.unwrap();
+        });
+        assert_eq!(greeting(&store), ConfigValue::String("hello".into()));
+        assert_eq!(greeting(&store), ConfigValue::String("hello".into()));
+        store
+            .lock()
+            .execute(
+                "UPDATE applications SET config = ?1 WHERE name = 'web'",
+                [r#"{"greeting":"hi"}"#],
+            )
+            .unwrap();
+        assert_eq!(greeting(&store), ConfigValue::String("hi".into()));
     }
 
     /// A snapshot's queries are compiled once: binding their parameters again, hook after
