@@ -461,8 +461,9 @@ fn encode(value: &impl Serialize) -> String {
     serde_json::to_string(value).expect("model types serialise to JSON")
 }
 
-fn decode<T: DeserializeOwned>(what: &str, text: &str) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+/// `text` as JSON; `what` names it in the error (built only then).
+fn decode<T: DeserializeOwned>(text: &str, what: impl FnOnce() -> String) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{}: {e}", what())))
 }
 
 fn now_since_epoch() -> Duration {
@@ -746,7 +747,7 @@ fn relation_record(
 ) -> Result<RelationRecord, StoreError> {
     let id = RelationId::try_from(id)
         .map_err(|_| StoreError::Corrupt(format!("relation id {id} out of range")))?;
-    let endpoints = decode(&format!("endpoints of relation {id}"), endpoints)?;
+    let endpoints = decode(endpoints, || format!("endpoints of relation {id}"))?;
     Ok(RelationRecord {
         id,
         interface,
@@ -800,8 +801,8 @@ fn app_from_row(
     metadata: &str,
     config: &str,
 ) -> Result<ApplicationRecord, StoreError> {
-    let metadata: CharmMetadata = decode(&format!("metadata of {name}"), metadata)?;
-    let config: BTreeMap<String, ConfigValue> = decode(&format!("config of {name}"), config)?;
+    let metadata: CharmMetadata = decode(metadata, || format!("metadata of {name}"))?;
+    let config: BTreeMap<String, ConfigValue> = decode(config, || format!("config of {name}"))?;
     Ok(ApplicationRecord {
         name,
         charm,
@@ -818,9 +819,9 @@ fn pod_spec_record(
 ) -> Result<PodSpecRecord, StoreError> {
     Ok(PodSpecRecord {
         revision: to_u64(revision),
-        spec: decode(&format!("pod spec of {app}"), spec)?,
+        spec: decode(spec, || format!("pod spec of {app}"))?,
         k8s_resources: resources
-            .map(|r| decode(&format!("k8s resources of {app}"), &r))
+            .map(|r| decode(&r, || format!("k8s resources of {app}")))
             .transpose()?,
     })
 }
@@ -845,7 +846,7 @@ fn queue_of(conn: &Connection, unit: &str) -> Result<Vec<QueuedHook>, StoreError
             Ok(QueuedHook {
                 unit: unit.to_string(),
                 seq: to_u64(seq),
-                hook: decode(&format!("hook {seq} of {unit}"), &hook)?,
+                hook: decode(&hook, || format!("hook {seq} of {unit}"))?,
             })
         })
         .collect()
@@ -958,7 +959,7 @@ fn commit_in(
             .db()?;
         let visible = match endpoints {
             Some(text) => {
-                decode::<Vec<RelationEndpoint>>(&format!("endpoints of relation {id}"), &text)?
+                decode::<Vec<RelationEndpoint>>(&text, || format!("endpoints of relation {id}"))?
                     .iter()
                     .any(|e| e.app == app)
             }
@@ -1165,8 +1166,8 @@ fn snapshot_in(
             "SELECT key, value FROM leader_data WHERE app = ?1",
             &[&app_name],
         )?,
-        unit_status: decode(&format!("status of {unit}"), &unit_status)?,
-        app_status: decode(&format!("status of {app_name}"), &app_status)?,
+        unit_status: decode(&unit_status, || format!("status of {unit}"))?,
+        app_status: decode(&app_status, || format!("status of {app_name}"))?,
         stored: read_bag(
             conn,
             "SELECT key, value FROM stored_state WHERE unit = ?1",
@@ -1230,14 +1231,14 @@ fn status_in(conn: &Connection) -> Result<ModelStatus, StoreError> {
                 leader: lease.as_ref().is_some_and(|(h, _)| *h == unit),
                 status: match hook_error {
                     Some(e) => Status::new(StatusKind::Error, e),
-                    None => decode(&format!("status of {unit}"), &unit_status)?,
+                    None => decode(&unit_status, || format!("status of {unit}"))?,
                 },
                 name: unit,
                 workload_version,
             });
         }
         status.applications.push(AppStatusRow {
-            status: decode(&format!("status of {name}"), &app_status)?,
+            status: decode(&app_status, || format!("status of {name}"))?,
             name,
             charm,
             leader: lease.as_ref().map(|(h, _)| h.clone()),
