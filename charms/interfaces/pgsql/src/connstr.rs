@@ -405,11 +405,14 @@ fn scan<'a>(
             }
         } else {
             let from = i;
-            while i < end && space_at(text, i).is_none() {
-                i += match bytes[i] {
-                    b'\\' if i + 1 < end => 1 + utf8_len(bytes[i + 1]),
-                    b => utf8_len(b),
-                };
+            while i < end {
+                match bytes[i] {
+                    b'\\' if i + 1 < end => i += 1 + utf8_len(bytes[i + 1]),
+                    // Printable ASCII other than the space: the usual byte, decided here.
+                    b'!'..=b'~' => i += 1,
+                    _ if space_at(text, i).is_some() => break,
+                    b => i += utf8_len(b),
+                }
             }
             &text[from..i]
         };
@@ -429,6 +432,7 @@ fn scan<'a>(
 /// The length of the white space character at byte `i` of `text` (a character boundary),
 /// if there is one: white space as [`char::is_whitespace`] has it, looked up without
 /// decoding when the byte is ASCII.
+#[inline]
 fn space_at(text: &str, i: usize) -> Option<usize> {
     match *text.as_bytes().get(i)? {
         // U+000B counts, unlike for `u8::is_ascii_whitespace`.
@@ -443,6 +447,7 @@ fn space_at(text: &str, i: usize) -> Option<usize> {
 }
 
 /// The length of the UTF-8 sequence that `first` begins.
+#[inline]
 fn utf8_len(first: u8) -> usize {
     match first {
         0..0xc0 => 1,
