@@ -671,7 +671,30 @@ async fn pod_spec_revision_grows_only_on_change(store: &dyn Store) {
     let stored = store.pod_spec("web").await.unwrap().unwrap();
     assert_eq!(
         (stored.revision, stored.spec, stored.k8s_resources),
-        (4, changed, None)
+        (4, changed.clone(), None)
+    );
+
+    // One shared write committed again and again, as a charm's repeated spec is: a revision
+    // when it differs from what is stored, whichever write was committed in between.
+    let shared = set(spec.clone(), Some(resources.clone()));
+    let other = set(changed.clone(), None);
+    for (changes, expected) in [
+        (&shared, Some(5)),
+        (&shared, None),
+        (&other, Some(6)),
+        (&shared, Some(7)),
+        (&shared, None),
+    ] {
+        let receipt = store
+            .commit("web/0", None, changes, Some(&fence))
+            .await
+            .unwrap();
+        assert_eq!(revision(receipt), expected);
+    }
+    let stored = store.pod_spec("web").await.unwrap().unwrap();
+    assert_eq!(
+        (stored.revision, stored.spec, stored.k8s_resources),
+        (7, spec, Some(resources))
     );
     assert_eq!(store.pod_spec("db").await.unwrap(), None);
     assert_eq!(

@@ -52,7 +52,7 @@ use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::config::DbConfig;
@@ -68,8 +68,8 @@ use super::{
 };
 use crate::model::{
     ApplicationRecord, Bag, BagWrites, Changes, CharmMetadata, ConfigValue, Hook, PodSpecRecord,
-    RelationEndpoint, RelationId, RelationRecord, RelationView, Status, StatusKind, UnitSnapshot,
-    app_of,
+    PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, RelationView, Status, StatusKind,
+    UnitSnapshot, app_of,
 };
 
 /// How long an operation waits for another process's write transaction before it fails as
@@ -101,6 +101,43 @@ pub struct SqliteStore {
     model: String,
     conn: Mutex<Connection>,
     configs: ConfigMemo,
+    specs: EncodedSpecs,
+}
+
+/// Each application's last committed pod spec write with its JSON texts: a charm that sets
+/// the same spec every hook hands the commit the same shared write (see
+/// [`crate::podspec::LastValid`]), whose texts are then not encoded again.
+#[derive(Debug, Default)]
+struct EncodedSpecs(Mutex<HashMap<String, EncodedSpec>>);
+
+#[derive(Debug)]
+struct EncodedSpec {
+    write: Arc<PodSpecWrite>,
+    spec: String,
+    resources: Option<String>,
+}
+
+impl EncodedSpecs {
+    /// `write`'s spec and resources as the store keeps them.
+    fn texts(&self, app: &str, write: &Arc<PodSpecWrite>) -> (String, Option<String>) {
+        let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = memo.get(app)
+            && Arc::ptr_eq(&e.write, write)
+        {
+            return (e.spec.clone(), e.resources.clone());
+        }
+        let spec = encode(&write.spec);
+        let resources = write.k8s_resources.as_ref().map(encode);
+        memo.insert(
+            app.to_string(),
+            EncodedSpec {
+                write: write.clone(),
+                spec: spec.clone(),
+                resources: resources.clone(),
+            },
+        );
+        (spec, resources)
+    }
 }
 
 /// Each application's effective config (the charm's declared defaults under the operator's
@@ -258,6 +295,7 @@ impl SqliteStore {
             model: model.to_string(),
             conn: Mutex::new(conn),
             configs: ConfigMemo::default(),
+            specs: EncodedSpecs::default(),
         })
     }
 
@@ -926,6 +964,7 @@ fn same_json(stored: &str, text: &str, value: &serde_json::Value) -> bool {
 /// A hook's commit, inside the caller's `BEGIN IMMEDIATE` transaction.
 fn commit_in(
     conn: &Connection,
+    specs: &EncodedSpecs,
     unit: &str,
     hook: Option<u64>,
     changes: &Changes,
@@ -1012,8 +1051,7 @@ fn commit_in(
                     .optional()
             })
             .db()?;
-        let spec = encode(&write.spec);
-        let resources = write.k8s_resources.as_ref().map(encode);
+        let (spec, resources) = specs.texts(app, write);
         let unchanged = current
             .as_ref()
             .is_some_and(|(_, stored_spec, stored_resources)| {
@@ -1465,7 +1503,7 @@ impl StateStore for SqliteStore {
             // every process sharing the file. An error returns before `commit` and dropping
             // the transaction rolls back whatever was written.
             let tx = HookTx::write(&conn).db()?;
-            let committed = commit_in(&tx, unit, hook, changes, fence)?;
+            let committed = commit_in(&tx, &self.specs, unit, hook, changes, fence)?;
             tx.commit().db()?;
             Ok(committed)
         })
