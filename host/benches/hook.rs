@@ -85,6 +85,7 @@ impl Floor {
                 model: "bench".into(),
                 unit: "empty/0".into(),
                 app: "empty".into(),
+                leader: false,
             },
             event: Event::Install,
         };

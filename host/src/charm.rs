@@ -543,6 +543,8 @@ impl Charm {
             model: snapshot.model.clone(),
             unit: snapshot.unit.clone(),
             app: snapshot.app.clone(),
+            // What `is-leader` answers for the whole hook: leader exactly when fenced.
+            leader: fence.is_some(),
         };
         let mut ctx = HookContext::new(
             snapshot,

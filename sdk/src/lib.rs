@@ -225,7 +225,7 @@ pub mod __private {
         event: wit::juju::charm::types::Event,
     ) -> Result<(), String> {
         #[cfg(target_family = "wasm")]
-        backend::begin_hook();
+        backend::begin_hook(context.leader);
         let model = Model::new(context.model, context.unit, context.app);
         dispatch::<C>(&model, Event::from_wit(event)).map_err(|e| e.to_string())
     }

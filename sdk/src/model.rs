@@ -280,8 +280,9 @@ impl Model {
 
     /// Whether this unit is the application's leader.
     ///
-    /// The same answer for the whole hook: the host takes it when the hook starts. When it
-    /// is `true`, no leader-only write of this hook is refused for leadership.
+    /// The same answer for the whole hook: the host takes it when the hook starts and hands
+    /// it over with the hook, so asking costs no call to the host. When it is `true`, no
+    /// leader-only write of this hook is refused for leadership.
     ///
     /// ```no_run
     /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {

@@ -60,6 +60,12 @@ impl<B> Cached<B> {
         }
     }
 
+    /// A new hook starts, the unit leading in it or not: every other answer is forgotten.
+    pub(crate) fn begin(&mut self, leader: bool) {
+        self.clear();
+        self.is_leader = Some(leader);
+    }
+
     /// Forgets every answer: a new hook starts.
     pub(crate) fn clear(&mut self) {
         let Cached {
@@ -407,5 +413,11 @@ mod tests {
         cached.clear();
         cached.unit_data(1, "db/0").unwrap();
         assert_eq!(hook.borrow().calls, 6, "a new hook asks again");
+        // The hook's context says whether the unit leads: nobody asks.
+        for leader in [false, true] {
+            cached.begin(leader);
+            assert_eq!(cached.is_leader(), leader);
+        }
+        assert_eq!(hook.borrow().calls, 6, "is_leader asked the host");
     }
 }

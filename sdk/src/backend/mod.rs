@@ -208,10 +208,11 @@ pub(crate) fn with<T>(f: impl FnOnce(&mut dyn Backend) -> T) -> T {
 }
 
 /// A hook starts: nothing read before it holds (an instance runs one hook, but the cache
-/// must not depend on that).
+/// must not depend on that), and whether the unit leads is known already (the hook's
+/// context says, and it holds for the whole hook).
 #[cfg(target_family = "wasm")]
-pub(crate) fn begin_hook() {
-    HOST.with(|host| host.borrow_mut().clear());
+pub(crate) fn begin_hook(leader: bool) {
+    HOST.with(|host| host.borrow_mut().begin(leader));
 }
 
 #[cfg(not(target_family = "wasm"))]
