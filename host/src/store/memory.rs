@@ -2,7 +2,7 @@
 //! share one mutex, so a commit checks the fence and applies its writes in one step.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -13,8 +13,8 @@ use super::{
     LeaseError, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, UnitStatusRow,
 };
 use crate::model::{
-    ApplicationRecord, Bag, Changes, PodSpecRecord, RelationEndpoint, RelationId, RelationRecord,
-    RelationView, Status, StatusKind, UnitSnapshot, app_of, apply_writes,
+    ApplicationRecord, Bag, Changes, PodSpecRecord, PodSpecWrite, RelationEndpoint, RelationId,
+    RelationRecord, RelationView, Status, StatusKind, UnitSnapshot, app_of, apply_writes,
 };
 
 #[derive(Debug, Clone)]
@@ -43,6 +43,10 @@ struct AppEntry {
     leader_data: Bag,
     status: Status,
     pod_spec: Option<PodSpecRecord>,
+    /// The write `pod_spec` was last committed from. A charm that sets the same spec every
+    /// hook hands the commit this same shared write, which is then known unchanged without
+    /// comparing the JSON trees.
+    pod_spec_write: Option<Arc<PodSpecWrite>>,
 }
 
 #[derive(Debug)]
@@ -230,6 +234,7 @@ impl StateStore for MemoryStore {
                     leader_data: Bag::new(),
                     status: Status::default(),
                     pod_spec: None,
+                    pod_spec_write: None,
                 },
             );
             Ok(())
@@ -542,9 +547,15 @@ impl StateStore for MemoryStore {
                 app.status = status.clone();
             }
             if let Some(write) = &changes.pod_spec {
-                let unchanged = app.pod_spec.as_ref().is_some_and(|p| {
-                    p.spec == write.spec && p.k8s_resources == write.k8s_resources
-                });
+                let same_write = app
+                    .pod_spec_write
+                    .as_ref()
+                    .is_some_and(|last| Arc::ptr_eq(last, write));
+                let unchanged = same_write
+                    || app.pod_spec.as_ref().is_some_and(|p| {
+                        p.spec == write.spec && p.k8s_resources == write.k8s_resources
+                    });
+                app.pod_spec_write = Some(write.clone());
                 if !unchanged {
                     let revision = app.pod_spec.as_ref().map_or(1, |p| p.revision + 1);
                     app.pod_spec = Some(PodSpecRecord {
