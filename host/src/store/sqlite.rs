@@ -1593,15 +1593,21 @@ mod tests {
         }
     }
 
+    /// An empty store in memory, and a runtime to drive it.
+    fn store_and_runtime() -> (SqliteStore, tokio::runtime::Runtime) {
+        let store = SqliteStore::in_memory("m").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        (store, rt)
+    }
+
     /// A snapshot reuses the effective config it computed last only while the application's
     /// row holds the same texts: settings written since (by another handle on the file, say)
     /// are seen at once.
     #[test]
     fn snapshots_see_the_config_the_row_holds_now() {
-        let store = SqliteStore::in_memory("m").unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let (store, rt) = store_and_runtime();
         let mut web = app("web");
         web.metadata.config = vec![crate::model::ConfigOptionMeta {
             name: "greeting".into(),
@@ -1633,10 +1639,7 @@ mod tests {
     /// hook, does not make SQLite compile them again.
     #[test]
     fn snapshots_reuse_their_compiled_queries() {
-        let store = SqliteStore::in_memory("m").unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let (store, rt) = store_and_runtime();
         rt.block_on(async {
             for name in ["web", "db"] {
                 store.add_application(app(name)).await.unwrap();
