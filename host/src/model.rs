@@ -256,6 +256,20 @@ pub struct ApplicationRecord {
     pub config: BTreeMap<String, ConfigValue>,
 }
 
+impl ApplicationRecord {
+    /// The config a hook sees: the charm's declared defaults, under the operator's settings.
+    pub fn effective_config(&self) -> BTreeMap<String, ConfigValue> {
+        let mut config: BTreeMap<String, ConfigValue> = self
+            .metadata
+            .config
+            .iter()
+            .filter_map(|o| Some((o.name.clone(), o.default.clone()?)))
+            .collect();
+        config.extend(self.config.iter().map(|(k, v)| (k.clone(), v.clone())));
+        config
+    }
+}
+
 /// A stored pod spec.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PodSpecRecord {

@@ -1090,13 +1090,7 @@ impl StateStore for EtcdStore {
             } else {
                 Some(self.read(&bag_reads, Some(seen.revision)).await?)
             };
-            let mut config = BTreeMap::new();
-            for option in &app.record.metadata.config {
-                if let Some(d) = &option.default {
-                    config.insert(option.name.clone(), d.clone());
-                }
-            }
-            config.extend(app.record.config.clone());
+            let config = app.record.effective_config();
             let mut views = BTreeMap::new();
             for (i, rel) in relations.iter().enumerate() {
                 let local = rel.local(app_name).expect("filtered above");

@@ -380,13 +380,7 @@ impl StateStore for MemoryStore {
                 .apps
                 .get(app_name)
                 .ok_or_else(|| not_found(format!("application {app_name}")))?;
-            let mut config = BTreeMap::new();
-            for option in &app.record.metadata.config {
-                if let Some(d) = &option.default {
-                    config.insert(option.name.clone(), d.clone());
-                }
-            }
-            config.extend(app.record.config.clone());
+            let config = app.record.effective_config();
             let mut relations = BTreeMap::new();
             let ids = inner.app_relations.get(app_name).into_iter().flatten();
             for rel in ids.map(|id| &inner.relations[id]) {

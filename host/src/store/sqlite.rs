@@ -169,14 +169,8 @@ impl ConfigMemo {
         {
             return Ok(m.effective.clone());
         }
-        let record = app_from_row(app.to_string(), String::new(), &metadata, &config)?;
-        let mut effective = BTreeMap::new();
-        for option in record.metadata.config {
-            if let Some(default) = option.default {
-                effective.insert(option.name, default);
-            }
-        }
-        effective.extend(record.config);
+        let effective =
+            app_from_row(app.to_string(), String::new(), &metadata, &config)?.effective_config();
         memo.insert(
             app.to_string(),
             MemoizedConfig {
