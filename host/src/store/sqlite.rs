@@ -740,11 +740,11 @@ fn read_relations(conn: &Connection) -> Result<Vec<RelationRecord>, StoreError> 
     )
 }
 
-/// The relations `app` takes part in, by id.
 /// The relations `?1` is in, by id.
 const RELATIONS_OF: &str = "SELECT r.id, r.interface, r.endpoints FROM relation_apps a
          JOIN relations r ON r.id = a.relation WHERE a.app = ?1 ORDER BY r.id";
 
+/// The relations `app` takes part in, by id.
 fn relations_of(conn: &Connection, app: &str) -> Result<Vec<RelationRecord>, StoreError> {
     relations_where(conn, RELATIONS_OF, Some(app))
 }
