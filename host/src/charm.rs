@@ -148,28 +148,53 @@ pub enum LoadedFrom {
 /// Counts the hooks running at once, so they never ask the pool for more slots than it has
 /// (the pool would fail the instantiation instead of waiting).
 struct HookSlots {
-    free: Mutex<u32>,
+    state: Mutex<SlotCount>,
     freed: Condvar,
+}
+
+/// The slots free, and the hooks waiting for one.
+struct SlotCount {
+    free: u32,
+    waiting: u32,
 }
 
 /// A hook's claim on a slot; gives it back when dropped.
 struct HookSlot<'a>(&'a HookSlots);
 
 impl HookSlots {
-    fn acquire(&self) -> HookSlot<'_> {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+    fn new(slots: u32) -> Self {
+        HookSlots {
+            state: Mutex::new(SlotCount {
+                free: slots,
+                waiting: 0,
+            }),
+            freed: Condvar::new(),
         }
-        *free -= 1;
+    }
+
+    fn acquire(&self) -> HookSlot<'_> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while state.free == 0 {
+            state.waiting += 1;
+            state = self.freed.wait(state).unwrap_or_else(|e| e.into_inner());
+            state.waiting -= 1;
+        }
+        state.free -= 1;
         HookSlot(self)
     }
 }
 
 impl Drop for HookSlot<'_> {
     fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        self.0.freed.notify_one();
+        let mut state = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.free += 1;
+        // A notification is a system call (a futex wake) even with nobody waiting: made
+        // only when a hook waits, which is rare, instead of after every hook.
+        let wake = state.waiting > 0;
+        drop(state);
+        if wake {
+            self.0.freed.notify_one();
+        }
     }
 }
 
@@ -234,10 +259,7 @@ impl CharmRuntime {
             engine,
             linker: Arc::new(linker),
             config: Arc::new(config),
-            slots: Arc::new(HookSlots {
-                free: Mutex::new(hooks),
-                freed: Condvar::new(),
-            }),
+            slots: Arc::new(HookSlots::new(hooks)),
             cache,
         })
     }
@@ -657,4 +679,51 @@ fn convert_metadata(meta: bindings::types::Metadata) -> Result<CharmMetadata, St
         config,
         actions,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(slots: &HookSlots) -> (u32, u32) {
+        let state = slots.state.lock().unwrap();
+        (state.free, state.waiting)
+    }
+
+    #[test]
+    fn a_hook_waits_for_a_slot_and_gets_the_one_given_back() {
+        let slots = Arc::new(HookSlots::new(1));
+        let held = slots.acquire();
+        assert_eq!(count(&slots), (0, 0));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let slots = slots.clone();
+            std::thread::spawn(move || {
+                let _slot = slots.acquire();
+                tx.send(()).unwrap();
+            })
+        };
+        // The second hook waits: it is counted as waiting and has no slot.
+        while count(&slots).1 == 0 {
+            std::thread::yield_now();
+        }
+        assert!(rx.try_recv().is_err(), "a hook ran without a free slot");
+        // Giving the slot back wakes it.
+        drop(held);
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("the waiting hook was not woken");
+        waiter.join().unwrap();
+        assert_eq!(count(&slots), (1, 0));
+    }
+
+    #[test]
+    fn slots_given_back_with_nobody_waiting_are_free_again() {
+        let slots = HookSlots::new(2);
+        let a = slots.acquire();
+        let b = slots.acquire();
+        assert_eq!(count(&slots), (0, 0));
+        drop(a);
+        drop(b);
+        assert_eq!(count(&slots), (2, 0));
+    }
 }
