@@ -10,6 +10,11 @@
 //!   pgsql library emits master-changed and writes its stored state) and configures twice.
 //! - `full_hook/memory`, `full_hook/sqlite`: what a unit's agent does per hook: the
 //!   snapshot read from the store, the hook in a fresh instance, the fenced commit.
+//! - `io_hook/memory`: `full_hook/memory` with `tests/guests/replay` in discourse's place,
+//!   replaying discourse's host calls (the same eleven calls, arguments and answers, the
+//!   same pod spec and status written and committed) without discourse's logic. Between
+//!   the floor and it: the host's side of the hook; between it and `full_hook/memory`: the
+//!   charm's own code (discourse, the pgsql library, the SDK).
 //! - `is_leader`: one `is-leader` host call, from the empty charm calling it 10,000 times
 //!   in one hook, less that hook with no calls, divided by 10,000. `state-get` (a 64-byte
 //!   value back) and `leader-get-all` (four key/value pairs back) are timed the same way:
@@ -56,6 +61,8 @@ const HOST_CALLS: &[(&str, &str)] = &[
     ("state-get", "state-get (64-byte value)"),
     ("leader-get-all", "leader-get-all (4 pairs)"),
 ];
+/// The pod spec discourse sets in the bench's hook, as its SDK writes it.
+const DISCOURSE_SPEC: &str = r#"{"version":3,"containers":[{"name":"discourse","imageDetails":{"imagePath":"discourse/discourse:2.6"},"ports":[{"name":"http","containerPort":3000,"protocol":"TCP"}],"envConfig":{"DISCOURSE_DB":"host=postgresql-0.postgresql-endpoints port=5432 dbname=discourse user=discourse password=secret","DISCOURSE_HOSTNAME":"discourse.local"}}]}"#;
 /// Rounds of the interleaved timing loops.
 const ROUNDS: usize = 10;
 
@@ -160,6 +167,30 @@ fn empty_snapshot() -> UnitSnapshot {
     }
 }
 
+/// Discourse's host calls in its `db-relation-changed` as leader, once its stored state
+/// has seen the master: the script of the replay charm's `replay` action.
+fn discourse_calls(snapshot: &UnitSnapshot, event: &Event, spec: &str) -> String {
+    let Event::RelationChanged(rel) = event else {
+        panic!("discourse's bench hook is a relation change");
+    };
+    let remote_unit = &snapshot.relations[&rel.id].remote_units[0];
+    let (id, app, unit) = (rel.id, &rel.remote_app, &snapshot.unit);
+    [
+        "state-get\tcharm-sdk.deferred".to_string(),
+        format!("relation-get\t{id}"),
+        "leader-get\tinterface.pgsql".to_string(),
+        format!("unit-data\t{id}\t{unit}"),
+        format!("app-data\t{id}\t{app}"),
+        format!("unit-data\t{id}\t{remote_unit}"),
+        "state-get\tcharm-pgsql.db".to_string(),
+        "config-get\timage".to_string(),
+        "config-get\texternal_hostname".to_string(),
+        format!("set-pod-spec\t{spec}"),
+        "set-unit-status\t".to_string(),
+    ]
+    .join("\n")
+}
+
 /// A store with one discourse unit ready for `db-relation-changed`.
 struct Deployed {
     store: Box<dyn Store>,
@@ -234,6 +265,7 @@ fn main() {
     let runtime = common::runtime(None);
     let discourse = common::load(&runtime, &guests.discourse);
     let empty = common::load(&runtime, &guests.empty);
+    let replay_charm = common::load(&runtime, &guests.replay);
     let floor = Floor::new(&runtime, &guests.empty);
     let floor_discourse = Floor::new(&runtime, &guests.discourse);
     let memory = deployed(&rt, &discourse, false);
@@ -258,6 +290,34 @@ fn main() {
         &memory.unit
     ));
     let fence = Some(memory.unit.fence.clone());
+    // The replay charm making discourse's calls in discourse's unit: it must be answered as
+    // discourse is, and write the same pod spec.
+    let replay = common::Unit {
+        name: memory.unit.name.clone(),
+        fence: memory.unit.fence.clone(),
+        event: Event::Action(ActionEvent {
+            id: "1".into(),
+            name: "replay".into(),
+            params: discourse_calls(&snapshot, &memory.unit.event, DISCOURSE_SPEC),
+        }),
+    };
+    let replayed = replay_charm.run_hook(snapshot.clone(), fence.clone(), None, &replay.event);
+    assert_eq!(
+        replayed.outcome,
+        HookOutcome::Succeeded,
+        "{}",
+        replayed.output
+    );
+    assert_eq!(
+        replayed.changes.pod_spec, run.changes.pod_spec,
+        "the replay wrote another pod spec than discourse"
+    );
+    assert!(common::full_hook(
+        &rt,
+        memory.store.as_ref(),
+        &replay_charm,
+        &replay
+    ));
 
     let run_discourse = || {
         black_box(discourse.run_hook(snapshot.clone(), fence.clone(), None, &memory.unit.event));
@@ -284,6 +344,9 @@ fn main() {
             }),
             "full_hook/sqlite" => Box::new(|| {
                 common::full_hook(&rt, sqlite.store.as_ref(), &discourse, &sqlite.unit);
+            }),
+            "io_hook/memory" => Box::new(|| {
+                common::full_hook(&rt, memory.store.as_ref(), &replay_charm, &replay);
             }),
             "is_leader" => Box::new(host_call("is-leader", IS_LEADER_CALLS)),
             other => panic!("no case {other}"),
@@ -322,9 +385,15 @@ fn main() {
                 common::full_hook(&rt, sqlite.store.as_ref(), &discourse, &sqlite.unit);
             }),
         ),
+        (
+            "io_hook/memory (discourse's calls, no logic)",
+            Box::new(|| {
+                common::full_hook(&rt, memory.store.as_ref(), &replay_charm, &replay);
+            }),
+        ),
     ];
     // The host's side of `set-pod-spec`: parsing and validating the spec the charm sent.
-    let spec = r#"{"version":3,"containers":[{"name":"discourse","imageDetails":{"imagePath":"discourse/discourse:2.6"},"ports":[{"name":"http","containerPort":3000,"protocol":"TCP"}],"envConfig":{"DISCOURSE_DB":"host=postgresql-0.postgresql-endpoints port=5432 dbname=discourse user=discourse password=secret","DISCOURSE_HOSTNAME":"discourse.local"}}]}"#;
+    let spec = DISCOURSE_SPEC;
     cases.push((
         "podspec::validate (host side of set_pod_spec)",
         Box::new(move || {
@@ -445,6 +514,9 @@ fn main() {
         });
         group.bench_function("full_hook/sqlite", |b| {
             b.iter(|| common::full_hook(&rt, sqlite.store.as_ref(), &discourse, &sqlite.unit))
+        });
+        group.bench_function("io_hook/memory", |b| {
+            b.iter(|| common::full_hook(&rt, memory.store.as_ref(), &replay_charm, &replay))
         });
         group.bench_function("is_leader_x10000", |b| {
             b.iter(host_call("is-leader", IS_LEADER_CALLS))

@@ -23,6 +23,8 @@ pub struct Guests {
     pub discourse: PathBuf,
     /// `tests/guests/empty`: a charm of our world that does nothing.
     pub empty: PathBuf,
+    /// `tests/guests/replay`: a charm of our world that makes the host calls it is given.
+    pub replay: PathBuf,
 }
 
 /// Builds the guests for `wasm32-wasip2` with the `charm` profile, in a target directory of
@@ -43,7 +45,7 @@ pub fn guests() -> Guests {
             "--target",
             "wasm32-wasip2",
         ])
-        .args(["-p", "discourse", "-p", "empty"])
+        .args(["-p", "discourse", "-p", "empty", "-p", "replay"])
         .env("CARGO_TARGET_DIR", &target)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTFLAGS")
@@ -55,6 +57,7 @@ pub fn guests() -> Guests {
     Guests {
         discourse: built.join("discourse.wasm"),
         empty: built.join("empty.wasm"),
+        replay: built.join("replay.wasm"),
     }
 }
 
