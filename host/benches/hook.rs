@@ -30,6 +30,13 @@
 //! `HOOK_BENCH_PROFILE=full_hook/memory BENCH_HOOK_SLOTS=2 valgrind --tool=callgrind target/release/deps/hook-*`
 //! (`host/benches/instructions.sh` turns that into instructions per hook).
 //!
+//! `HOOK_BENCH_B_GUESTS=<dir>` compares charms built another way (another target, linker
+//! flags or toolchain): `<dir>` holds `empty.wasm` and `discourse.wasm` so built, and the
+//! plain table gains `B/floor`, `B/instantiate/empty` and `B/full_hook/memory`, timed in
+//! the same interleaved rounds and reported against the same floor; the profiling mode
+//! gains the cases `B/floor` and `B/full_hook/memory`. `host/benches/guest_builds.sh`
+//! builds the variants measured so far and runs this.
+//!
 //! `cargo bench -p charm-host --bench hook`
 
 mod common;
@@ -191,6 +198,58 @@ fn discourse_calls(snapshot: &UnitSnapshot, event: &Event, spec: &str) -> String
     .join("\n")
 }
 
+/// The same guests built another way (`HOOK_BENCH_B_GUESTS`): the floor, and discourse
+/// deployed alone on a memory store.
+struct BGuests {
+    floor: Floor,
+    discourse: Charm,
+    memory: Deployed,
+}
+
+impl BGuests {
+    /// Loads the guests in `dir`; their discourse must write the pod spec `spec` (the one
+    /// discourse built as usual writes) and commit.
+    fn load(
+        rt: &Runtime,
+        runtime: &CharmRuntime,
+        dir: &Path,
+        spec: Option<&serde_json::Value>,
+    ) -> Self {
+        let floor = Floor::new(runtime, &dir.join("empty.wasm"));
+        floor.hook();
+        let discourse = common::load(runtime, &dir.join("discourse.wasm"));
+        let memory = deployed(rt, &discourse, false);
+        let snapshot = rt
+            .block_on(memory.store.snapshot(&memory.unit.name))
+            .unwrap();
+        let run = discourse.run_hook(
+            snapshot,
+            Some(memory.unit.fence.clone()),
+            None,
+            &memory.unit.event,
+        );
+        assert_eq!(run.outcome, HookOutcome::Succeeded, "{}", run.output);
+        let written = run.changes.pod_spec.as_ref().map(|w| &w.spec);
+        assert_eq!(written, spec, "B's discourse wrote another pod spec");
+        assert!(common::full_hook(
+            rt,
+            memory.store.as_ref(),
+            &discourse,
+            &memory.unit
+        ));
+        BGuests {
+            floor,
+            discourse,
+            memory,
+        }
+    }
+
+    fn full_hook(&self, rt: &Runtime) {
+        let unit = &self.memory.unit;
+        common::full_hook(rt, self.memory.store.as_ref(), &self.discourse, unit);
+    }
+}
+
 /// A store with one discourse unit ready for `db-relation-changed`.
 struct Deployed {
     store: Box<dyn Store>,
@@ -319,6 +378,11 @@ fn main() {
         &replay
     ));
 
+    let b = std::env::var_os("HOOK_BENCH_B_GUESTS").map(|dir| {
+        let spec = run.changes.pod_spec.as_ref().map(|w| &w.spec);
+        BGuests::load(&rt, &runtime, Path::new(&dir), spec)
+    });
+
     let run_discourse = || {
         black_box(discourse.run_hook(snapshot.clone(), fence.clone(), None, &memory.unit.event));
     };
@@ -349,6 +413,14 @@ fn main() {
                 common::full_hook(&rt, memory.store.as_ref(), &replay_charm, &replay);
             }),
             "is_leader" => Box::new(host_call("is-leader", IS_LEADER_CALLS)),
+            "B/floor" => {
+                let b = b.as_ref().expect("HOOK_BENCH_B_GUESTS names the B guests");
+                Box::new(|| b.floor.hook())
+            }
+            "B/full_hook/memory" => {
+                let b = b.as_ref().expect("HOOK_BENCH_B_GUESTS names the B guests");
+                Box::new(|| b.full_hook(&rt))
+            }
             other => panic!("no case {other}"),
         };
         let runs: u32 = std::env::var("HOOK_BENCH_PROFILE_RUNS")
@@ -416,6 +488,11 @@ fn main() {
             .unwrap();
         }),
     ));
+    if let Some(b) = &b {
+        cases.push(("B/floor", Box::new(|| b.floor.hook())));
+        cases.push(("B/instantiate/empty", Box::new(|| b.floor.instantiate())));
+        cases.push(("B/full_hook/memory", Box::new(|| b.full_hook(&rt))));
+    }
     let rows = time_interleaved(&mut cases);
     let floor_t = rows[0].1;
     println!(

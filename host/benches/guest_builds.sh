@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# What the way a charm is built does to a hook: builds the empty charm and discourse another
+# way and runs the hook bench's plain loops with them as the "B" guests, beside the usual
+# builds, in the same interleaved rounds (see HOOK_BENCH_B_GUESTS in hook.rs).
+#
+#   host/benches/guest_builds.sh VARIANT
+#
+# Variants:
+#   no-wasi     built for wasm32-unknown-unknown and made components with `wasm-tools
+#               component new`: no WASI imports (Rust's standard library for wasm32-wasip2
+#               imports 13 WASI interfaces). Needs wasm-tools (cargo install wasm-tools).
+#   stack-128k  wasm32-wasip2 with a 128 KiB stack instead of Rust's 1 MiB: a smaller linear
+#               memory for the slot's reset to scan.
+#
+# For instructions instead of time, with the same B guests:
+#   HOOK_BENCH_B_GUESTS=target/bench-guests-b/VARIANT host/benches/instructions.sh B/floor B/full_hook/memory
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+variant=${1:?"usage: $0 no-wasi|stack-128k"}
+build=$PWD/target/bench-guests-b/build-$variant
+# Absolute: cargo runs the bench in host/.
+out=$PWD/target/bench-guests-b/$variant
+mkdir -p "$out"
+guests=(-p empty -p discourse)
+case $variant in
+    no-wasi)
+        command -v wasm-tools >/dev/null || { echo "guest_builds.sh: needs wasm-tools (cargo install wasm-tools)" >&2; exit 1; }
+        rustup target add wasm32-unknown-unknown >/dev/null
+        CARGO_TARGET_DIR=$build cargo build --quiet --profile charm --target wasm32-unknown-unknown "${guests[@]}"
+        for charm in empty discourse; do
+            wasm-tools component new "$build/wasm32-unknown-unknown/charm/$charm.wasm" -o "$out/$charm.wasm"
+        done
+        ;;
+    stack-128k)
+        CARGO_TARGET_DIR=$build RUSTFLAGS="-C link-arg=-zstack-size=131072" \
+            cargo build --quiet --profile charm --target wasm32-wasip2 "${guests[@]}"
+        cp "$build"/wasm32-wasip2/charm/{empty,discourse}.wasm "$out/"
+        ;;
+    *)
+        echo "guest_builds.sh: no variant $variant (no-wasi, stack-128k)" >&2
+        exit 1
+        ;;
+esac
+HOOK_BENCH_B_GUESTS=$out HOOK_BENCH_PLAIN_ONLY=1 cargo bench -p charm-host --bench hook
