@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use charm_host::bindings::types::{ActionEvent, Context, Event};
 use charm_host::bindings::{Charm as CharmBindings, CharmPre};
-use charm_host::charm::{Charm, CharmRuntime, HookOutcome, LoadedFrom};
+use charm_host::charm::{Charm, CharmRuntime, HookOutcome, HookRun, LoadedFrom};
 use charm_host::context::HookContext;
 use charm_host::model::UnitSnapshot;
 use charm_host::store::{MemoryStore, SqliteStore, Store};
@@ -198,6 +198,27 @@ fn discourse_calls(snapshot: &UnitSnapshot, event: &Event, spec: &str) -> String
     .join("\n")
 }
 
+/// Discourse's hook in `deployed`, from `snapshot`, checked to be the seed's: it succeeds
+/// and, as leader, sets the pod spec; and its full hook commits.
+fn seed_hook(
+    rt: &Runtime,
+    discourse: &Charm,
+    deployed: &Deployed,
+    snapshot: UnitSnapshot,
+) -> HookRun {
+    let unit = &deployed.unit;
+    let run = discourse.run_hook(snapshot, Some(unit.fence.clone()), None, &unit.event);
+    assert_eq!(run.outcome, HookOutcome::Succeeded, "{}", run.output);
+    assert!(run.changes.pod_spec.is_some(), "discourse set no pod spec");
+    assert!(common::full_hook(
+        rt,
+        deployed.store.as_ref(),
+        discourse,
+        unit
+    ));
+    run
+}
+
 /// The same guests built another way (`HOOK_BENCH_B_GUESTS`): the floor, and discourse
 /// deployed alone on a memory store.
 struct BGuests {
@@ -222,21 +243,9 @@ impl BGuests {
         let snapshot = rt
             .block_on(memory.store.snapshot(&memory.unit.name))
             .unwrap();
-        let run = discourse.run_hook(
-            snapshot,
-            Some(memory.unit.fence.clone()),
-            None,
-            &memory.unit.event,
-        );
-        assert_eq!(run.outcome, HookOutcome::Succeeded, "{}", run.output);
+        let run = seed_hook(rt, &discourse, &memory, snapshot);
         let written = run.changes.pod_spec.as_ref().map(|w| &w.spec);
         assert_eq!(written, spec, "B's discourse wrote another pod spec");
-        assert!(common::full_hook(
-            rt,
-            memory.store.as_ref(),
-            &discourse,
-            &memory.unit
-        ));
         BGuests {
             floor,
             discourse,
@@ -333,21 +342,7 @@ fn main() {
         .block_on(memory.store.snapshot(&memory.unit.name))
         .unwrap();
 
-    // The hook must be the seed's: it succeeds and, as leader, sets the pod spec.
-    let run = discourse.run_hook(
-        snapshot.clone(),
-        Some(memory.unit.fence.clone()),
-        None,
-        &memory.unit.event,
-    );
-    assert_eq!(run.outcome, HookOutcome::Succeeded, "{}", run.output);
-    assert!(run.changes.pod_spec.is_some(), "discourse set no pod spec");
-    assert!(common::full_hook(
-        &rt,
-        memory.store.as_ref(),
-        &discourse,
-        &memory.unit
-    ));
+    let run = seed_hook(&rt, &discourse, &memory, snapshot.clone());
     let fence = Some(memory.unit.fence.clone());
     // The replay charm making discourse's calls in discourse's unit: it must be answered as
     // discourse is, and write the same pod spec.
