@@ -81,7 +81,7 @@ impl Charm for Discourse {
 /// for this forum; blocked on data from PostgreSQL that does not parse.
 fn configure(model: &Model) -> HookResult {
     let databases = DB.databases(model)?;
-    let Some(master) = databases.iter().find_map(|db| db.master.clone()) else {
+    let Some(master) = databases.iter().find_map(|db| db.master.as_ref()) else {
         let status = match databases.iter().flat_map(|db| &db.problems).next() {
             Some(bad) => Status::blocked(format!("bad data from {}: {}", bad.owner, bad.reason)),
             None => Status::waiting("waiting for database"),
@@ -96,7 +96,7 @@ fn configure(model: &Model) -> HookResult {
             Container::new("discourse", image)
                 .port("http", 3000)
                 .env("DISCOURSE_HOSTNAME", hostname)
-                .env("DISCOURSE_DB", master.to_string()),
+                .env("DISCOURSE_DB", master.as_str()),
         );
         // In Juju 2.9 this is where "cannot set a pod spec as this unit is not a leader"
         // came from. Here a hook told it leads is never refused.
