@@ -154,10 +154,12 @@ fn host_call_event(name: &str, calls: u32) -> Event {
 /// interface's for the per-call cases to read.
 fn empty_snapshot() -> UnitSnapshot {
     let pairs = |pairs: &[(&str, &str)]| {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        std::sync::Arc::new(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
     };
     UnitSnapshot {
         model: "bench".into(),

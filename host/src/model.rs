@@ -9,6 +9,13 @@ use serde::{Deserialize, Serialize};
 /// A data bag: a relation's unit or application settings, leader data, stored state.
 pub type Bag = BTreeMap<String, String>;
 
+/// A bag as a snapshot holds it: shared with the store that read it (the memory store hands
+/// out its own, so taking a snapshot copies no bag), never written through.
+pub type SharedBag = Arc<Bag>;
+
+/// An application's effective config, shared as [`SharedBag`] is.
+pub type SharedConfig = Arc<BTreeMap<String, ConfigValue>>;
+
 /// A relation's id, unique in the model.
 pub type RelationId = u32;
 
@@ -374,9 +381,9 @@ pub struct RelationView {
     /// The other side's units in the relation, sorted (for peers: the other units).
     pub remote_units: Vec<String>,
     /// Unit bags of this unit and the remote units.
-    pub unit_bags: BTreeMap<String, Bag>,
+    pub unit_bags: BTreeMap<String, SharedBag>,
     /// Application bags of both sides.
-    pub app_bags: BTreeMap<String, Bag>,
+    pub app_bags: BTreeMap<String, SharedBag>,
 }
 
 /// Everything a hook may read, taken when it starts.
@@ -389,17 +396,17 @@ pub struct UnitSnapshot {
     /// Its application.
     pub app: String,
     /// The application's effective config: settings over declared defaults.
-    pub config: BTreeMap<String, ConfigValue>,
+    pub config: SharedConfig,
     /// The relations the unit is in, by id.
     pub relations: BTreeMap<RelationId, RelationView>,
     /// The leader settings.
-    pub leader_data: Bag,
+    pub leader_data: SharedBag,
     /// The unit's workload status.
     pub unit_status: Status,
     /// The application's status.
     pub app_status: Status,
     /// The unit's stored state.
-    pub stored: Bag,
+    pub stored: SharedBag,
     /// The last term for which the unit ran leader-elected, unless it has run a hook as a
     /// follower since (host bookkeeping; hooks do not see it).
     pub elected_term: Option<u64>,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use charm_host::model::{
-    ApplicationRecord, BagWrites, Changes, CharmMetadata, ConfigOptionMeta, ConfigValue,
+    ApplicationRecord, Bag, BagWrites, Changes, CharmMetadata, ConfigOptionMeta, ConfigValue,
     EndpointMeta, Hook, OptionType, PodSpecWrite, RelationEndpoint, RelationHook, RelationRecord,
     RelationRole, Status, StatusKind,
 };
@@ -375,19 +375,19 @@ async fn fenced_commit_with_current_term_is_applied(store: &dyn Store) {
     let snap = store.snapshot("web/0").await.unwrap();
     let rel = &snap.relations[&m.web_db.id];
     assert_eq!(
-        rel.unit_bags["web/0"],
+        *rel.unit_bags["web/0"],
         BTreeMap::from([("host".into(), "web-0".into())])
     );
     assert_eq!(
-        rel.app_bags["web"],
+        *rel.app_bags["web"],
         BTreeMap::from([("database".into(), "web".into())])
     );
     assert_eq!(
-        snap.leader_data,
+        *snap.leader_data,
         BTreeMap::from([("secret".into(), "s3cret".into())])
     );
     assert_eq!(
-        snap.stored,
+        *snap.stored,
         BTreeMap::from([("installed".into(), "yes".into())])
     );
     assert_eq!(snap.unit_status, status(StatusKind::Active, "ready"));
@@ -817,7 +817,7 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
     );
     // Settings over defaults; an option without default and unset is absent.
     assert_eq!(
-        snap.config,
+        *snap.config,
         BTreeMap::from([
             ("greeting".to_string(), ConfigValue::String("hi".into())),
             ("port".to_string(), ConfigValue::Int(80)),
@@ -837,7 +837,7 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
     assert_eq!(db.remote_units, ["db/0"]);
     let empty = BTreeMap::new();
     assert_eq!(
-        db.unit_bags,
+        plain(&db.unit_bags),
         BTreeMap::from([
             (
                 "db/0".to_string(),
@@ -848,7 +848,7 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
         "only the remote units' and the unit's own bags, and not another relation's"
     );
     assert_eq!(
-        db.app_bags,
+        plain(&db.app_bags),
         BTreeMap::from([
             (
                 "db".to_string(),
@@ -865,7 +865,7 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
     );
     assert_eq!(peers.remote_units, ["web/0", "web/1"]);
     assert_eq!(
-        peers.unit_bags,
+        plain(&peers.unit_bags),
         BTreeMap::from([
             (
                 "web/0".to_string(),
@@ -879,7 +879,7 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
         ])
     );
     assert_eq!(
-        peers.app_bags,
+        plain(&peers.app_bags),
         BTreeMap::from([(
             "web".to_string(),
             BTreeMap::from([("cluster".to_string(), "c1".to_string())])
@@ -887,13 +887,13 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
     );
 
     assert_eq!(
-        snap.leader_data,
+        *snap.leader_data,
         BTreeMap::from([("secret".to_string(), "s".to_string())])
     );
     assert_eq!(snap.unit_status, status(StatusKind::Blocked, "needs db"));
     assert_eq!(snap.app_status, status(StatusKind::Active, "web up"));
     assert_eq!(
-        snap.stored,
+        *snap.stored,
         BTreeMap::from([("mine".to_string(), "2".to_string())]),
         "another unit's stored state"
     );
@@ -2570,4 +2570,11 @@ mod sqlite_only {
             Some(1)
         );
     }
+}
+
+/// A snapshot's shared bags, as plain bags to compare.
+fn plain(bags: &BTreeMap<String, std::sync::Arc<Bag>>) -> BTreeMap<String, Bag> {
+    bags.iter()
+        .map(|(k, v)| (k.clone(), (**v).clone()))
+        .collect()
 }

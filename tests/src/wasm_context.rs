@@ -75,12 +75,16 @@ impl WasmContext {
                 } else {
                     r.remote_app.clone()
                 };
-                let mut unit_bags: BTreeMap<String, BTreeMap<String, String>> =
-                    r.remote_units.clone();
-                unit_bags.insert(self.unit.clone(), r.local_unit_data.clone());
-                let mut app_bags = BTreeMap::from([(app.clone(), r.local_app_data.clone())]);
+                let mut unit_bags: BTreeMap<String, Arc<BTreeMap<String, String>>> = r
+                    .remote_units
+                    .iter()
+                    .map(|(unit, bag)| (unit.clone(), Arc::new(bag.clone())))
+                    .collect();
+                unit_bags.insert(self.unit.clone(), Arc::new(r.local_unit_data.clone()));
+                let mut app_bags =
+                    BTreeMap::from([(app.clone(), Arc::new(r.local_app_data.clone()))]);
                 if !r.peer {
-                    app_bags.insert(remote_app.clone(), r.remote_app_data.clone());
+                    app_bags.insert(remote_app.clone(), Arc::new(r.remote_app_data.clone()));
                 }
                 let view = RelationView {
                     id: r.id,
@@ -97,12 +101,12 @@ impl WasmContext {
             model: self.model.clone(),
             unit: self.unit.clone(),
             app,
-            config,
+            config: Arc::new(config),
             relations,
-            leader_data: state.leader_data.clone(),
+            leader_data: Arc::new(state.leader_data.clone()),
             unit_status: host_status(&state.unit_status),
             app_status: host_status(&state.app_status),
-            stored: state.stored.clone(),
+            stored: Arc::new(state.stored.clone()),
             elected_term: None,
         }
     }

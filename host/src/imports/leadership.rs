@@ -17,7 +17,7 @@ impl Host for HookContext {
 
     fn leader_get_all(&mut self) -> Vec<(String, String)> {
         overlay(
-            Some(&self.snapshot.leader_data),
+            Some(&*self.snapshot.leader_data),
             Some(&self.changes.leader_data),
         )
         .into_iter()

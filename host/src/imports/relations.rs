@@ -33,7 +33,10 @@ impl Host for HookContext {
     fn unit_data(&mut self, id: u32, unit: String) -> Result<Vec<(String, String)>, Error> {
         let r = relation(self, id)?;
         if unit == self.unit() {
-            let bag = overlay(r.unit_bags.get(&unit), self.changes.unit_bags.get(&id));
+            let bag = overlay(
+                r.unit_bags.get(&unit).map(|b| &**b),
+                self.changes.unit_bags.get(&id),
+            );
             return Ok(bag.into_iter().collect());
         }
         if !r.remote_units.contains(&unit) {
@@ -43,7 +46,7 @@ impl Host for HookContext {
         }
         Ok(r.unit_bags
             .get(&unit)
-            .map(|b| b.clone().into_iter().collect())
+            .map(|b| b.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
             .unwrap_or_default())
     }
 
@@ -57,7 +60,10 @@ impl Host for HookContext {
                     "only the leader of {app} may read its application bag in relation {id}"
                 )));
             }
-            let bag = overlay(r.app_bags.get(&app), self.changes.app_bags.get(&id));
+            let bag = overlay(
+                r.app_bags.get(&app).map(|b| &**b),
+                self.changes.app_bags.get(&id),
+            );
             return Ok(bag.into_iter().collect());
         }
         if app != r.remote_app {
@@ -67,7 +73,7 @@ impl Host for HookContext {
         }
         Ok(r.app_bags
             .get(&app)
-            .map(|b| b.clone().into_iter().collect())
+            .map(|b| b.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
             .unwrap_or_default())
     }
 

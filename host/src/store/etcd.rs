@@ -1116,7 +1116,7 @@ impl StateStore for EtcdStore {
                         .get(&self.unit_bag_key(rel.id, name))
                         .cloned()
                         .unwrap_or_default();
-                    unit_bags.insert(name.to_string(), bag);
+                    unit_bags.insert(name.to_string(), Arc::new(bag));
                 }
                 let mut app_bags = BTreeMap::new();
                 for name in [app_name, remote.app.as_str()] {
@@ -1124,7 +1124,7 @@ impl StateStore for EtcdStore {
                         .get(&self.app_bag_key(rel.id, name))
                         .cloned()
                         .unwrap_or_default();
-                    app_bags.insert(name.to_string(), bag);
+                    app_bags.insert(name.to_string(), Arc::new(bag));
                 }
                 views.insert(
                     rel.id,
@@ -1142,12 +1142,12 @@ impl StateStore for EtcdStore {
                 model: self.model.clone(),
                 unit: unit.to_string(),
                 app: app_name.to_string(),
-                config,
+                config: Arc::new(config),
                 relations: views,
-                leader_data: seen.one(3).map(decode).transpose()?.unwrap_or_default(),
+                leader_data: Arc::new(seen.one(3).map(decode).transpose()?.unwrap_or_default()),
                 unit_status: u.status,
                 app_status: seen.one(4).map(decode).transpose()?.unwrap_or_default(),
-                stored: u.stored,
+                stored: Arc::new(u.stored),
                 elected_term: u.elected_term,
             })
         })

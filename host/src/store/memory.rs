@@ -13,8 +13,9 @@ use super::{
     LeaseError, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, UnitStatusRow,
 };
 use crate::model::{
-    ApplicationRecord, Bag, Changes, PodSpecRecord, PodSpecWrite, RelationEndpoint, RelationId,
-    RelationRecord, RelationView, Status, StatusKind, UnitSnapshot, app_of, apply_writes,
+    ApplicationRecord, BagWrites, Changes, PodSpecRecord, PodSpecWrite, RelationEndpoint,
+    RelationId, RelationRecord, RelationView, SharedBag, SharedConfig, Status, StatusKind,
+    UnitSnapshot, app_of, apply_writes,
 };
 
 #[derive(Debug, Clone)]
@@ -29,7 +30,7 @@ struct UnitEntry {
     status: Status,
     workload_version: String,
     hook_error: Option<String>,
-    stored: Bag,
+    stored: SharedBag,
     elected_term: Option<u64>,
     /// Queued hooks, by sequence number.
     queue: Vec<(u64, crate::model::Hook)>,
@@ -40,7 +41,9 @@ struct AppEntry {
     record: ApplicationRecord,
     next_unit: u32,
     units: Vec<String>,
-    leader_data: Bag,
+    /// The effective config, made once: the record's config does not change.
+    config: SharedConfig,
+    leader_data: SharedBag,
     status: Status,
     pod_spec: Option<PodSpecRecord>,
     /// The write `pod_spec` was last committed from. A charm that sets the same spec every
@@ -52,8 +55,14 @@ struct AppEntry {
 #[derive(Debug)]
 struct RelationEntry {
     record: RelationRecord,
-    unit_bags: BTreeMap<String, Bag>,
-    app_bags: BTreeMap<String, Bag>,
+    unit_bags: BTreeMap<String, SharedBag>,
+    app_bags: BTreeMap<String, SharedBag>,
+}
+
+/// Applies `writes` to a bag that snapshots may share, copying it only if one still holds it
+/// and there is something to write; whether the bag changed.
+fn apply_shared(bag: &mut SharedBag, writes: &BagWrites) -> bool {
+    !writes.is_empty() && apply_writes(Arc::make_mut(bag), writes)
 }
 
 #[derive(Debug, Default)]
@@ -228,10 +237,11 @@ impl StateStore for MemoryStore {
             inner.apps.insert(
                 app.name.clone(),
                 AppEntry {
+                    config: Arc::new(app.effective_config()),
                     record: app,
                     next_unit: 0,
                     units: Vec::new(),
-                    leader_data: Bag::new(),
+                    leader_data: SharedBag::default(),
                     status: Status::default(),
                     pod_spec: None,
                     pod_spec_write: None,
@@ -380,7 +390,7 @@ impl StateStore for MemoryStore {
                 .apps
                 .get(app_name)
                 .ok_or_else(|| not_found(format!("application {app_name}")))?;
-            let config = app.record.effective_config();
+            let config = app.config.clone();
             let mut relations = BTreeMap::new();
             let ids = inner.app_relations.get(app_name).into_iter().flatten();
             for rel in ids.map(|id| &inner.relations[id]) {
@@ -522,13 +532,13 @@ impl StateStore for MemoryStore {
             let mut receipt = CommitReceipt::default();
             for (id, writes) in &changes.unit_bags {
                 let rel = inner.relations.get_mut(id).expect("validated above");
-                if apply_writes(rel.unit_bags.entry(unit.to_string()).or_default(), writes) {
+                if apply_shared(rel.unit_bags.entry(unit.to_string()).or_default(), writes) {
                     receipt.unit_bags_changed.push(*id);
                 }
             }
             for (id, writes) in &changes.app_bags {
                 let rel = inner.relations.get_mut(id).expect("validated above");
-                if apply_writes(rel.app_bags.entry(app_name.clone()).or_default(), writes) {
+                if apply_shared(rel.app_bags.entry(app_name.clone()).or_default(), writes) {
                     receipt.app_bags_changed.push(*id);
                 }
             }
@@ -536,7 +546,7 @@ impl StateStore for MemoryStore {
                 .apps
                 .get_mut(&app_name)
                 .expect("a unit's application exists");
-            receipt.leader_data_changed = apply_writes(&mut app.leader_data, &changes.leader_data);
+            receipt.leader_data_changed = apply_shared(&mut app.leader_data, &changes.leader_data);
             if let Some(status) = &changes.app_status {
                 app.status = status.clone();
             }
@@ -567,7 +577,7 @@ impl StateStore for MemoryStore {
             if let Some(version) = &changes.workload_version {
                 u.workload_version = version.clone();
             }
-            apply_writes(&mut u.stored, &changes.stored);
+            apply_shared(&mut u.stored, &changes.stored);
             if let Some(term) = changes.elected_term {
                 u.elected_term = Some(term);
             } else if fence.is_none() {

@@ -68,8 +68,8 @@ use super::{
 };
 use crate::model::{
     ApplicationRecord, Bag, BagWrites, Changes, CharmMetadata, ConfigValue, Hook, PodSpecRecord,
-    PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, RelationView, Status, StatusKind,
-    UnitSnapshot, app_of,
+    PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, RelationView, SharedConfig, Status,
+    StatusKind, UnitSnapshot, app_of,
 };
 
 /// How long an operation waits for another process's write transaction before it fails as
@@ -151,7 +151,7 @@ struct ConfigMemo(Mutex<HashMap<String, MemoizedConfig>>);
 struct MemoizedConfig {
     metadata: String,
     config: String,
-    effective: BTreeMap<String, ConfigValue>,
+    effective: SharedConfig,
 }
 
 impl ConfigMemo {
@@ -161,7 +161,7 @@ impl ConfigMemo {
         app: &str,
         metadata: String,
         config: String,
-    ) -> Result<BTreeMap<String, ConfigValue>, StoreError> {
+    ) -> Result<SharedConfig, StoreError> {
         let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(m) = memo.get(app)
             && m.metadata == metadata
@@ -169,8 +169,9 @@ impl ConfigMemo {
         {
             return Ok(m.effective.clone());
         }
-        let effective =
-            app_from_row(app.to_string(), String::new(), &metadata, &config)?.effective_config();
+        let effective = Arc::new(
+            app_from_row(app.to_string(), String::new(), &metadata, &config)?.effective_config(),
+        );
         memo.insert(
             app.to_string(),
             MemoizedConfig {
@@ -1164,15 +1165,16 @@ fn snapshot_in(
         for name in remote_units.iter().map(String::as_str).chain([unit]) {
             unit_bags.insert(
                 name.to_string(),
-                stored_unit_bags.remove(name).unwrap_or_default(),
+                Arc::new(stored_unit_bags.remove(name).unwrap_or_default()),
             );
         }
         let mut app_bags = BTreeMap::new();
         for name in [app_name, remote.app.as_str()] {
-            let bag = stored_app_bags
-                .remove(name)
-                .or_else(|| app_bags.get(name).cloned())
-                .unwrap_or_default();
+            let bag = match stored_app_bags.remove(name) {
+                Some(bag) => Arc::new(bag),
+                // Peers: both sides are this application, already read.
+                None => app_bags.get(name).cloned().unwrap_or_default(),
+            };
             app_bags.insert(name.to_string(), bag);
         }
         relations.insert(
@@ -1193,18 +1195,18 @@ fn snapshot_in(
         app: app_name.to_string(),
         config,
         relations,
-        leader_data: read_bag(
+        leader_data: Arc::new(read_bag(
             conn,
             "SELECT key, value FROM leader_data WHERE app = ?1",
             &[&app_name],
-        )?,
+        )?),
         unit_status: decode(&unit_status, || format!("status of {unit}"))?,
         app_status: decode(&app_status, || format!("status of {app_name}"))?,
-        stored: read_bag(
+        stored: Arc::new(read_bag(
             conn,
             "SELECT key, value FROM stored_state WHERE unit = ?1",
             &[&unit],
-        )?,
+        )?),
         elected_term: elected_term.map(to_u64),
     })
 }
