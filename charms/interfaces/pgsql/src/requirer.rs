@@ -96,7 +96,7 @@ impl Seen {
     }
 
     /// How `db` differs from this. Each text is compared once: comparing a connection
-    /// string costs about 20 instructions a byte in WebAssembly (libc's `memcmp`).
+    /// string costs about 22 instructions a byte in WebAssembly (libc's `memcmp`).
     fn compare(&self, db: &Database) -> Difference {
         let master_text =
             self.master.as_deref() != db.master.as_ref().map(ConnectionString::as_str);
