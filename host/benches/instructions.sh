@@ -9,24 +9,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 command -v valgrind >/dev/null || { echo "instructions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
-cargo bench -p charm-host --bench hook --no-run 2>/dev/null
-bench=$(ls -t target/release/deps/hook-* | grep -v '\.d$' | head -1)
+source host/benches/lib.sh
+bench=$(hook_bench)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-# A pool of two slots: valgrind's address space cannot hold the default pool's reservation.
-export BENCH_HOOK_SLOTS=2
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=(floor full_hook/memory)
 printf '%-24s %14s\n' case "instr/hook"
 for case in "${cases[@]}"; do
-    # Builds the guests (a child process callgrind would not count anyway) before counting.
-    HOOK_BENCH_PROFILE=$case HOOK_BENCH_PROFILE_RUNS=1 "$bench" >/dev/null
-    declare -A total=()
-    for runs in 200 1200; do
-        HOOK_BENCH_PROFILE=$case HOOK_BENCH_PROFILE_RUNS=$runs valgrind --tool=callgrind \
-            --callgrind-out-file="$out/cg.$runs" "$bench" >"$out/log.$runs" 2>&1 \
-            || { cat "$out/log.$runs" >&2; exit 1; }
-        total[$runs]=$(grep -o 'Collected : [0-9]*' "$out/log.$runs" | grep -o '[0-9]*$')
-    done
-    printf '%-24s %14d\n' "$case" $(( (total[1200] - total[200]) / 1000 ))
+    callgrind_runs "$bench" "$case" "$out"
+    printf '%-24s %14d\n' "$case" "$(collected "$out")"
 done

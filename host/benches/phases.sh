@@ -19,8 +19,8 @@ command -v perf >/dev/null || { echo "phases.sh: needs perf (apt-get install lin
 case=${1:-full_hook/memory}
 runs=${2:-100000}
 freq=999
-cargo bench -p charm-host --bench hook --no-run 2>/dev/null
-bench=$(ls -t target/release/deps/hook-* | grep -v '\.d$' | head -1)
+source host/benches/lib.sh
+bench=$(hook_bench)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # Builds the guests (a child process) before sampling.
