@@ -12,8 +12,8 @@ use rand::{Rng, SeedableRng};
 use tokio::time::{Instant, sleep};
 
 use super::{
-    BoxFuture, Claim, CommitError, CommitReceipt, Committed, Fence, Lease, LeaseError, LeaseStore,
-    ModelStatus, QueuedHook, StateStore, Store, StoreError,
+    BoxFuture, Claim, CommitError, CommitReceipt, Committed, Fence, HookCommit, Lease, LeaseError,
+    LeaseStore, ModelStatus, QueuedHook, StateStore, Store, StoreError,
 };
 use crate::model::{
     ApplicationRecord, Changes, Hook, PodSpecRecord, RelationEndpoint, RelationRecord, UnitSnapshot,
@@ -323,12 +323,9 @@ impl StateStore for FaultyStore {
         self.inner.snapshot(unit)
     }
 
-    fn commit<'a>(
+    fn commit_hook<'a>(
         &'a self,
-        unit: &'a str,
-        hook: Option<u64>,
-        changes: &'a Changes,
-        fence: Option<&'a Fence>,
+        request: HookCommit<'a>,
     ) -> BoxFuture<'a, Result<Committed, CommitError>> {
         Box::pin(async move {
             let fate = if self.plan.commit_faults {
@@ -339,9 +336,14 @@ impl StateStore for FaultyStore {
             match fate {
                 Fate::Answer(latency) => {
                     sleep(latency / 2).await;
-                    let answer = self.inner.commit(unit, hook, changes, fence).await;
+                    let answer = self.inner.commit_hook(request).await;
                     if let (Ok(committed), Some(o)) = (&answer, &self.observer) {
-                        o.commit_accepted(unit, changes, fence, &committed.receipt);
+                        o.commit_accepted(
+                            request.unit,
+                            request.changes,
+                            request.fence,
+                            &committed.receipt,
+                        );
                     }
                     sleep(latency / 2).await;
                     answer

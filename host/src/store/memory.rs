@@ -7,15 +7,18 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::routing::{coalesces, deploy_hooks, follow_ups, relation_hooks};
+use charm_model::error::not_found;
+use charm_model::tx::{AppView, ElectedTerm, ModelTx, PodSpecState, UnitUpdate};
+use charm_model::{commit, operations, snapshot, status};
+
 use super::{
-    AppStatusRow, BoxFuture, Claim, CommitError, CommitReceipt, Committed, Fence, Lease,
-    LeaseError, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, UnitStatusRow,
+    BoxFuture, Claim, CommitError, Committed, HookCommit, Lease, LeaseError, LeaseStore,
+    ModelStatus, QueuedHook, StateStore, StoreError,
 };
 use crate::model::{
-    ApplicationRecord, BagWrites, Changes, PodSpecRecord, PodSpecWrite, RelationEndpoint,
-    RelationId, RelationRecord, RelationView, SharedBag, SharedConfig, Status, StatusKind,
-    UnitSnapshot, app_of, apply_writes,
+    ApplicationRecord, BagWrites, Hook, LeaseHolder, PodSpecRecord, PodSpecWrite, RelationEndpoint,
+    RelationId, RelationRecord, SharedBag, SharedConfig, Status, UnitRecord, UnitSnapshot,
+    apply_writes,
 };
 
 #[derive(Debug, Clone)]
@@ -27,13 +30,9 @@ struct LeaseEntry {
 
 #[derive(Debug, Default)]
 struct UnitEntry {
-    status: Status,
-    workload_version: String,
-    hook_error: Option<String>,
-    stored: SharedBag,
-    elected_term: Option<u64>,
+    record: UnitRecord,
     /// Queued hooks, by sequence number.
-    queue: Vec<(u64, crate::model::Hook)>,
+    queue: Vec<(u64, Hook)>,
 }
 
 #[derive(Debug)]
@@ -54,7 +53,7 @@ struct AppEntry {
 
 #[derive(Debug)]
 struct RelationEntry {
-    record: RelationRecord,
+    record: Arc<RelationRecord>,
     unit_bags: BTreeMap<String, SharedBag>,
     app_bags: BTreeMap<String, SharedBag>,
 }
@@ -81,35 +80,6 @@ struct Inner {
 }
 
 impl Inner {
-    fn units_of(&self, app: &str) -> Vec<String> {
-        self.apps
-            .get(app)
-            .map(|a| a.units.clone())
-            .unwrap_or_default()
-    }
-
-    /// Queues `hooks` (all units must exist: checked by the caller), coalescing.
-    fn enqueue(&mut self, hooks: Vec<(String, crate::model::Hook)>) -> Vec<QueuedHook> {
-        let mut queued = Vec::new();
-        for (unit, hook) in hooks {
-            let Some(entry) = self.units.get_mut(&unit) else {
-                continue;
-            };
-            let current: Vec<&crate::model::Hook> = entry.queue.iter().map(|(_, h)| h).collect();
-            if coalesces(&current, &hook) {
-                continue;
-            }
-            self.next_seq += 1;
-            entry.queue.push((self.next_seq, hook.clone()));
-            queued.push(QueuedHook {
-                unit,
-                seq: self.next_seq,
-                hook,
-            });
-        }
-        queued
-    }
-
     fn live_lease(&self, app: &str, now: Instant) -> Option<&LeaseEntry> {
         self.leases.get(app).filter(|l| l.expiry > now)
     }
@@ -135,6 +105,318 @@ impl MemoryStore {
         // A panic while holding the lock cannot leave a half-applied commit: every commit
         // validates before it mutates. So a poisoned lock is still consistent.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs a model operation in one step, under the lock.
+    fn step<T>(&self, op: impl FnOnce(&mut MemoryTx<'_>) -> T) -> T {
+        let mut inner = self.lock();
+        op(&mut MemoryTx {
+            inner: &mut inner,
+            now: Instant::now(),
+        })
+    }
+}
+
+/// One step on the memory store: its records, under its lock.
+struct MemoryTx<'a> {
+    inner: &'a mut Inner,
+    now: Instant,
+}
+
+impl MemoryTx<'_> {
+    fn app(&self, app: &str) -> Result<&AppEntry, StoreError> {
+        self.inner
+            .apps
+            .get(app)
+            .ok_or_else(|| not_found(format!("application {app}")))
+    }
+
+    fn app_mut(&mut self, app: &str) -> Result<&mut AppEntry, StoreError> {
+        self.inner
+            .apps
+            .get_mut(app)
+            .ok_or_else(|| not_found(format!("application {app}")))
+    }
+
+    fn unit_mut(&mut self, unit: &str) -> Result<&mut UnitEntry, StoreError> {
+        self.inner
+            .units
+            .get_mut(unit)
+            .ok_or_else(|| not_found(format!("unit {unit}")))
+    }
+
+    fn relation_mut(&mut self, id: RelationId) -> Result<&mut RelationEntry, StoreError> {
+        self.inner
+            .relations
+            .get_mut(&id)
+            .ok_or_else(|| not_found(format!("relation {id}")))
+    }
+
+    fn bags(
+        &self,
+        id: RelationId,
+        owners: &[&str],
+        pick: impl Fn(&RelationEntry) -> &BTreeMap<String, SharedBag>,
+    ) -> Vec<SharedBag> {
+        let bags = self.inner.relations.get(&id).map(pick);
+        owners
+            .iter()
+            .map(|o| bags.and_then(|b| b.get(*o)).cloned().unwrap_or_default())
+            .collect()
+    }
+}
+
+impl ModelTx for MemoryTx<'_> {
+    fn app_charms(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(self
+            .inner
+            .apps
+            .iter()
+            .map(|(name, a)| (name.clone(), a.record.charm.clone()))
+            .collect())
+    }
+
+    fn app_exists(&mut self, app: &str) -> Result<bool, StoreError> {
+        Ok(self.inner.apps.contains_key(app))
+    }
+
+    fn app_view(&mut self, app: &str) -> Result<Option<AppView>, StoreError> {
+        Ok(self.inner.apps.get(app).map(|a| AppView {
+            config: a.config.clone(),
+            leader_data: a.leader_data.clone(),
+            status: a.status.clone(),
+        }))
+    }
+
+    fn units_of(&mut self, app: &str) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .inner
+            .apps
+            .get(app)
+            .map(|a| a.units.clone())
+            .unwrap_or_default())
+    }
+
+    fn next_unit_number(&mut self, app: &str) -> Result<Option<u32>, StoreError> {
+        Ok(self.inner.apps.get(app).map(|a| a.next_unit))
+    }
+
+    fn unit_exists(&mut self, unit: &str) -> Result<bool, StoreError> {
+        Ok(self.inner.units.contains_key(unit))
+    }
+
+    fn unit(&mut self, unit: &str) -> Result<Option<UnitRecord>, StoreError> {
+        Ok(self.inner.units.get(unit).map(|u| u.record.clone()))
+    }
+
+    fn live_lease(&mut self, app: &str) -> Result<Option<LeaseHolder>, StoreError> {
+        Ok(self.inner.live_lease(app, self.now).map(|l| LeaseHolder {
+            holder: l.holder.clone(),
+            term: l.term,
+        }))
+    }
+
+    fn relation(&mut self, id: RelationId) -> Result<Option<Arc<RelationRecord>>, StoreError> {
+        Ok(self.inner.relations.get(&id).map(|r| r.record.clone()))
+    }
+
+    fn relations_of(&mut self, app: &str) -> Result<Vec<Arc<RelationRecord>>, StoreError> {
+        let ids = self.inner.app_relations.get(app).into_iter().flatten();
+        Ok(ids
+            .map(|id| self.inner.relations[id].record.clone())
+            .collect())
+    }
+
+    fn next_relation_id(&mut self) -> Result<RelationId, StoreError> {
+        Ok(self.inner.next_relation + 1)
+    }
+
+    fn unit_bags(&mut self, id: RelationId, units: &[&str]) -> Result<Vec<SharedBag>, StoreError> {
+        Ok(self.bags(id, units, |r| &r.unit_bags))
+    }
+
+    fn app_bags(&mut self, id: RelationId, apps: &[&str]) -> Result<Vec<SharedBag>, StoreError> {
+        Ok(self.bags(id, apps, |r| &r.app_bags))
+    }
+
+    fn pod_spec_revision(&mut self, app: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self
+            .inner
+            .apps
+            .get(app)
+            .and_then(|a| a.pod_spec.as_ref())
+            .map(|p| p.revision))
+    }
+
+    fn pod_spec_state(
+        &mut self,
+        app: &str,
+        write: &Arc<PodSpecWrite>,
+    ) -> Result<PodSpecState, StoreError> {
+        let a = self.app_mut(app)?;
+        let same_write = a
+            .pod_spec_write
+            .as_ref()
+            .is_some_and(|last| Arc::ptr_eq(last, write));
+        let same = same_write
+            || a.pod_spec
+                .as_ref()
+                .is_some_and(|p| p.spec == write.spec && p.k8s_resources == write.k8s_resources);
+        if same {
+            // The stored spec is this write's: the next commit of the same write is known
+            // unchanged without comparing the trees.
+            a.pod_spec_write = Some(write.clone());
+        }
+        Ok(PodSpecState {
+            revision: a.pod_spec.as_ref().map(|p| p.revision),
+            same,
+        })
+    }
+
+    fn queued_hooks(&mut self, unit: &str) -> Result<Option<Vec<Hook>>, StoreError> {
+        Ok(self
+            .inner
+            .units
+            .get(unit)
+            .map(|u| u.queue.iter().map(|(_, h)| h.clone()).collect()))
+    }
+
+    fn is_queued(&mut self, unit: &str, seq: u64) -> Result<bool, StoreError> {
+        Ok(self
+            .inner
+            .units
+            .get(unit)
+            .is_some_and(|u| u.queue.iter().any(|(s, _)| *s == seq)))
+    }
+
+    fn create_application(&mut self, record: ApplicationRecord) -> Result<(), StoreError> {
+        self.inner.apps.insert(
+            record.name.clone(),
+            AppEntry {
+                config: Arc::new(record.effective_config()),
+                record,
+                next_unit: 0,
+                units: Vec::new(),
+                leader_data: SharedBag::default(),
+                status: Status::default(),
+                pod_spec: None,
+                pod_spec_write: None,
+            },
+        );
+        Ok(())
+    }
+
+    fn create_unit(&mut self, app: &str, number: u32, name: &str) -> Result<(), StoreError> {
+        let entry = self.app_mut(app)?;
+        entry.next_unit = number + 1;
+        entry.units.push(name.to_string());
+        self.inner
+            .units
+            .insert(name.to_string(), UnitEntry::default());
+        Ok(())
+    }
+
+    fn create_relation(&mut self, record: RelationRecord) -> Result<(), StoreError> {
+        let mut apps: Vec<String> = record.endpoints.iter().map(|e| e.app.clone()).collect();
+        apps.dedup();
+        for app in apps {
+            self.inner
+                .app_relations
+                .entry(app)
+                .or_default()
+                .push(record.id);
+        }
+        self.inner.next_relation = self.inner.next_relation.max(record.id);
+        self.inner.relations.insert(
+            record.id,
+            RelationEntry {
+                record: Arc::new(record),
+                unit_bags: BTreeMap::new(),
+                app_bags: BTreeMap::new(),
+            },
+        );
+        Ok(())
+    }
+
+    fn write_unit_bag(
+        &mut self,
+        id: RelationId,
+        unit: &str,
+        writes: &BagWrites,
+    ) -> Result<bool, StoreError> {
+        let rel = self.relation_mut(id)?;
+        let bag = rel.unit_bags.entry(unit.to_string()).or_default();
+        Ok(apply_shared(bag, writes))
+    }
+
+    fn write_app_bag(
+        &mut self,
+        id: RelationId,
+        app: &str,
+        writes: &BagWrites,
+    ) -> Result<bool, StoreError> {
+        let rel = self.relation_mut(id)?;
+        let bag = rel.app_bags.entry(app.to_string()).or_default();
+        Ok(apply_shared(bag, writes))
+    }
+
+    fn write_leader_data(&mut self, app: &str, writes: &BagWrites) -> Result<bool, StoreError> {
+        Ok(apply_shared(&mut self.app_mut(app)?.leader_data, writes))
+    }
+
+    fn set_app_status(&mut self, app: &str, status: &Status) -> Result<(), StoreError> {
+        self.app_mut(app)?.status = status.clone();
+        Ok(())
+    }
+
+    fn put_pod_spec(
+        &mut self,
+        app: &str,
+        revision: u64,
+        write: &Arc<PodSpecWrite>,
+    ) -> Result<(), StoreError> {
+        let a = self.app_mut(app)?;
+        a.pod_spec = Some(PodSpecRecord {
+            revision,
+            spec: write.spec.clone(),
+            k8s_resources: write.k8s_resources.clone(),
+        });
+        a.pod_spec_write = Some(write.clone());
+        Ok(())
+    }
+
+    fn update_unit(&mut self, unit: &str, update: UnitUpdate<'_>) -> Result<(), StoreError> {
+        let u = &mut self.unit_mut(unit)?.record;
+        if let Some(status) = update.status {
+            u.status = status.clone();
+        }
+        if let Some(version) = update.workload_version {
+            u.workload_version = version.to_string();
+        }
+        apply_shared(&mut u.stored, update.stored);
+        match update.elected_term {
+            ElectedTerm::Keep => {}
+            ElectedTerm::Set(term) => u.elected_term = Some(term),
+            ElectedTerm::Clear => u.elected_term = None,
+        }
+        Ok(())
+    }
+
+    fn set_hook_error(&mut self, unit: &str, error: Option<&str>) -> Result<(), StoreError> {
+        self.unit_mut(unit)?.record.hook_error = error.map(str::to_string);
+        Ok(())
+    }
+
+    fn dequeue(&mut self, unit: &str, seq: u64) -> Result<(), StoreError> {
+        self.unit_mut(unit)?.queue.retain(|(s, _)| *s != seq);
+        Ok(())
+    }
+
+    fn enqueue(&mut self, unit: &str, hook: &Hook) -> Result<u64, StoreError> {
+        let seq = self.inner.next_seq + 1;
+        self.unit_mut(unit)?.queue.push((seq, hook.clone()));
+        self.inner.next_seq = seq;
+        Ok(seq)
     }
 }
 
@@ -213,10 +495,6 @@ impl LeaseStore for MemoryStore {
     }
 }
 
-fn not_found(what: impl Into<String>) -> StoreError {
-    StoreError::NotFound(what.into())
-}
-
 impl StateStore for MemoryStore {
     fn model_name(&self) -> &str {
         &self.model
@@ -226,43 +504,14 @@ impl StateStore for MemoryStore {
         &'a self,
         app: ApplicationRecord,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let mut inner = self.lock();
-            if inner.apps.contains_key(&app.name) {
-                return Err(StoreError::AlreadyExists(format!(
-                    "application {}",
-                    app.name
-                )));
-            }
-            inner.apps.insert(
-                app.name.clone(),
-                AppEntry {
-                    config: Arc::new(app.effective_config()),
-                    record: app,
-                    next_unit: 0,
-                    units: Vec::new(),
-                    leader_data: SharedBag::default(),
-                    status: Status::default(),
-                    pod_spec: None,
-                    pod_spec_write: None,
-                },
-            );
-            Ok(())
-        })
+        Box::pin(async move { self.step(|tx| operations::add_application(tx, app)) })
     }
 
     fn application<'a>(
         &'a self,
         name: &'a str,
     ) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>> {
-        Box::pin(async move {
-            let inner = self.lock();
-            inner
-                .apps
-                .get(name)
-                .map(|a| a.record.clone())
-                .ok_or_else(|| not_found(format!("application {name}")))
-        })
+        Box::pin(async move { self.step(|tx| tx.app(name).map(|a| a.record.clone())) })
     }
 
     fn applications(&self) -> BoxFuture<'_, Result<Vec<ApplicationRecord>, StoreError>> {
@@ -277,35 +526,11 @@ impl StateStore for MemoryStore {
     }
 
     fn add_unit<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
-        Box::pin(async move {
-            let mut inner = self.lock();
-            let entry = inner
-                .apps
-                .get_mut(app)
-                .ok_or_else(|| not_found(format!("application {app}")))?;
-            let name = format!("{app}/{}", entry.next_unit);
-            entry.next_unit += 1;
-            entry.units.push(name.clone());
-            inner.units.insert(name.clone(), UnitEntry::default());
-            inner.enqueue(
-                deploy_hooks()
-                    .into_iter()
-                    .map(|h| (name.clone(), h))
-                    .collect(),
-            );
-            Ok(name)
-        })
+        Box::pin(async move { self.step(|tx| operations::add_unit(tx, app)) })
     }
 
     fn units<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
-        Box::pin(async move {
-            let inner = self.lock();
-            inner
-                .apps
-                .get(app)
-                .map(|a| a.units.clone())
-                .ok_or_else(|| not_found(format!("application {app}")))
-        })
+        Box::pin(async move { self.step(|tx| tx.app(app).map(|a| a.units.clone())) })
     }
 
     fn add_relation<'a>(
@@ -313,58 +538,7 @@ impl StateStore for MemoryStore {
         interface: &'a str,
         endpoints: Vec<RelationEndpoint>,
     ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
-        Box::pin(async move {
-            let mut inner = self.lock();
-            for e in &endpoints {
-                if !inner.apps.contains_key(&e.app) {
-                    return Err(not_found(format!("application {}", e.app)));
-                }
-            }
-            // The same endpoints in either order are the same relation.
-            let same = |r: &RelationEntry| {
-                r.record.endpoints.len() == endpoints.len()
-                    && r.record.endpoints.iter().all(|e| endpoints.contains(e))
-            };
-            let existing = inner
-                .app_relations
-                .get(endpoints.first().map_or("", |e| e.app.as_str()))
-                .into_iter()
-                .flatten()
-                .map(|id| &inner.relations[id])
-                .find(|r| same(r));
-            if let Some(existing) = existing {
-                return Err(StoreError::AlreadyExists(format!(
-                    "relation {}",
-                    existing.record.id
-                )));
-            }
-            inner.next_relation += 1;
-            let record = RelationRecord {
-                id: inner.next_relation,
-                interface: interface.to_string(),
-                endpoints,
-            };
-            inner.relations.insert(
-                record.id,
-                RelationEntry {
-                    record: record.clone(),
-                    unit_bags: BTreeMap::new(),
-                    app_bags: BTreeMap::new(),
-                },
-            );
-            let mut apps: Vec<&str> = record.endpoints.iter().map(|e| e.app.as_str()).collect();
-            apps.dedup();
-            for app in apps {
-                inner
-                    .app_relations
-                    .entry(app.to_string())
-                    .or_default()
-                    .push(record.id);
-            }
-            let hooks = relation_hooks(&record, |app| inner.units_of(app));
-            let queued = inner.enqueue(hooks);
-            Ok((record, queued))
-        })
+        Box::pin(async move { self.step(|tx| operations::add_relation(tx, interface, endpoints)) })
     }
 
     fn relations(&self) -> BoxFuture<'_, Result<Vec<RelationRecord>, StoreError>> {
@@ -373,94 +547,29 @@ impl StateStore for MemoryStore {
                 .lock()
                 .relations
                 .values()
-                .map(|r| r.record.clone())
+                .map(|r| RelationRecord::clone(&r.record))
                 .collect())
         })
     }
 
     fn snapshot<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitSnapshot, StoreError>> {
-        Box::pin(async move {
-            let inner = self.lock();
-            let app_name = app_of(unit);
-            let u = inner
-                .units
-                .get(unit)
-                .ok_or_else(|| not_found(format!("unit {unit}")))?;
-            let app = inner
-                .apps
-                .get(app_name)
-                .ok_or_else(|| not_found(format!("application {app_name}")))?;
-            let config = app.config.clone();
-            let mut relations = BTreeMap::new();
-            let ids = inner.app_relations.get(app_name).into_iter().flatten();
-            for rel in ids.map(|id| &inner.relations[id]) {
-                let (Some(local), Some(remote)) =
-                    (rel.record.local(app_name), rel.record.remote(app_name))
-                else {
-                    continue;
-                };
-                let remote_units: Vec<String> = inner
-                    .apps
-                    .get(&remote.app)
-                    .map(|a| {
-                        a.units
-                            .iter()
-                            .filter(|u| u.as_str() != unit)
-                            .cloned()
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let mut unit_bags = BTreeMap::new();
-                for name in remote_units.iter().map(String::as_str).chain([unit]) {
-                    unit_bags.insert(
-                        name.to_string(),
-                        rel.unit_bags.get(name).cloned().unwrap_or_default(),
-                    );
-                }
-                let mut app_bags = BTreeMap::new();
-                for name in [app_name, remote.app.as_str()] {
-                    app_bags.insert(
-                        name.to_string(),
-                        rel.app_bags.get(name).cloned().unwrap_or_default(),
-                    );
-                }
-                relations.insert(
-                    rel.record.id,
-                    RelationView {
-                        id: rel.record.id,
-                        endpoint: local.endpoint.clone(),
-                        remote_app: remote.app.clone(),
-                        remote_units,
-                        unit_bags,
-                        app_bags,
-                    },
-                );
-            }
-            Ok(UnitSnapshot {
-                model: self.model.clone(),
-                unit: unit.to_string(),
-                app: app_name.to_string(),
-                config,
-                relations,
-                leader_data: app.leader_data.clone(),
-                unit_status: u.status.clone(),
-                app_status: app.status.clone(),
-                stored: u.stored.clone(),
-                elected_term: u.elected_term,
-            })
-        })
+        Box::pin(async move { self.step(|tx| snapshot::snapshot(tx, &self.model, unit)) })
     }
 
     fn enqueue<'a>(
         &'a self,
-        hooks: Vec<(String, crate::model::Hook)>,
+        hooks: Vec<(String, Hook)>,
     ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
         Box::pin(async move {
-            let mut inner = self.lock();
-            if let Some((unit, _)) = hooks.iter().find(|(u, _)| !inner.units.contains_key(u)) {
-                return Err(not_found(format!("unit {unit}")));
-            }
-            Ok(inner.enqueue(hooks))
+            // All or nothing: a unit that does not exist queues nothing.
+            self.step(|tx| {
+                for (unit, _) in &hooks {
+                    if !tx.unit_exists(unit)? {
+                        return Err(not_found(format!("unit {unit}")));
+                    }
+                }
+                operations::enqueue(tx, hooks)
+            })
         })
     }
 
@@ -482,123 +591,11 @@ impl StateStore for MemoryStore {
         })
     }
 
-    fn commit<'a>(
+    fn commit_hook<'a>(
         &'a self,
-        unit: &'a str,
-        hook: Option<u64>,
-        changes: &'a Changes,
-        fence: Option<&'a Fence>,
+        request: HookCommit<'a>,
     ) -> BoxFuture<'a, Result<Committed, CommitError>> {
-        Box::pin(async move {
-            let now = Instant::now();
-            let mut inner = self.lock();
-            let app_name = app_of(unit).to_string();
-            // Validate everything first: from here on nothing may fail.
-            if !inner.units.contains_key(unit) {
-                return Err(not_found(format!("unit {unit}")).into());
-            }
-            match fence {
-                Some(f) => {
-                    let holds = f.app == app_name
-                        && f.holder == unit
-                        && inner
-                            .live_lease(&f.app, now)
-                            .is_some_and(|l| l.holder == f.holder && l.term == f.term);
-                    if !holds {
-                        return Err(CommitError::Fenced { fence: f.clone() });
-                    }
-                }
-                None if changes.needs_fence() => return Err(CommitError::Unfenced),
-                None => {}
-            }
-            for id in changes.unit_bags.keys().chain(changes.app_bags.keys()) {
-                let visible = inner
-                    .relations
-                    .get(id)
-                    .is_some_and(|r| r.record.local(&app_name).is_some());
-                if !visible {
-                    return Err(not_found(format!("relation {id}")).into());
-                }
-            }
-            if let Some(seq) = hook
-                && !inner.units[unit].queue.iter().any(|(s, _)| *s == seq)
-            {
-                return Err(CommitError::NotQueued {
-                    unit: unit.to_string(),
-                    seq,
-                });
-            }
-
-            let mut receipt = CommitReceipt::default();
-            for (id, writes) in &changes.unit_bags {
-                let rel = inner.relations.get_mut(id).expect("validated above");
-                if apply_shared(rel.unit_bags.entry(unit.to_string()).or_default(), writes) {
-                    receipt.unit_bags_changed.push(*id);
-                }
-            }
-            for (id, writes) in &changes.app_bags {
-                let rel = inner.relations.get_mut(id).expect("validated above");
-                if apply_shared(rel.app_bags.entry(app_name.clone()).or_default(), writes) {
-                    receipt.app_bags_changed.push(*id);
-                }
-            }
-            let app = inner
-                .apps
-                .get_mut(&app_name)
-                .expect("a unit's application exists");
-            receipt.leader_data_changed = apply_shared(&mut app.leader_data, &changes.leader_data);
-            if let Some(status) = &changes.app_status {
-                app.status = status.clone();
-            }
-            if let Some(write) = &changes.pod_spec {
-                let same_write = app
-                    .pod_spec_write
-                    .as_ref()
-                    .is_some_and(|last| Arc::ptr_eq(last, write));
-                let unchanged = same_write
-                    || app.pod_spec.as_ref().is_some_and(|p| {
-                        p.spec == write.spec && p.k8s_resources == write.k8s_resources
-                    });
-                app.pod_spec_write = Some(write.clone());
-                if !unchanged {
-                    let revision = app.pod_spec.as_ref().map_or(1, |p| p.revision + 1);
-                    app.pod_spec = Some(PodSpecRecord {
-                        revision,
-                        spec: write.spec.clone(),
-                        k8s_resources: write.k8s_resources.clone(),
-                    });
-                    receipt.pod_spec_revision = Some(revision);
-                }
-            }
-            let u = inner.units.get_mut(unit).expect("validated above");
-            if let Some(status) = &changes.unit_status {
-                u.status = status.clone();
-            }
-            if let Some(version) = &changes.workload_version {
-                u.workload_version = version.clone();
-            }
-            apply_shared(&mut u.stored, &changes.stored);
-            if let Some(term) = changes.elected_term {
-                u.elected_term = Some(term);
-            } else if fence.is_none() {
-                // It ran as a follower: leader-elected is owed should it lead again.
-                u.elected_term = None;
-            }
-            if let Some(seq) = hook {
-                u.queue.retain(|(s, _)| *s != seq);
-            }
-            // Only the relations whose bags changed can route follow-ups.
-            let relations: Vec<RelationRecord> = receipt
-                .unit_bags_changed
-                .iter()
-                .chain(&receipt.app_bags_changed)
-                .filter_map(|id| inner.relations.get(id))
-                .map(|r| r.record.clone())
-                .collect();
-            let hooks = follow_ups(unit, &receipt, &relations, |app| inner.units_of(app));
-            let queued = inner.enqueue(hooks);
-            Ok(Committed { receipt, queued })
-        })
+        Box::pin(async move { self.step(|tx| commit::commit(tx, request)) })
     }
 
     fn set_hook_error<'a>(
@@ -606,60 +603,19 @@ impl StateStore for MemoryStore {
         unit: &'a str,
         error: Option<String>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let mut inner = self.lock();
-            let u = inner
-                .units
-                .get_mut(unit)
-                .ok_or_else(|| not_found(format!("unit {unit}")))?;
-            u.hook_error = error;
-            Ok(())
-        })
+        Box::pin(
+            async move { self.step(|tx| operations::set_hook_error(tx, unit, error.as_deref())) },
+        )
     }
 
     fn pod_spec<'a>(
         &'a self,
         app: &'a str,
     ) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>> {
-        Box::pin(async move {
-            let inner = self.lock();
-            let a = inner
-                .apps
-                .get(app)
-                .ok_or_else(|| not_found(format!("application {app}")))?;
-            Ok(a.pod_spec.clone())
-        })
+        Box::pin(async move { self.step(|tx| tx.app(app).map(|a| a.pod_spec.clone())) })
     }
 
     fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>> {
-        Box::pin(async move {
-            let now = Instant::now();
-            let inner = self.lock();
-            let mut status = ModelStatus::default();
-            for (name, app) in &inner.apps {
-                let lease = inner.live_lease(name, now);
-                status.applications.push(AppStatusRow {
-                    name: name.clone(),
-                    charm: app.record.charm.clone(),
-                    status: app.status.clone(),
-                    leader: lease.map(|l| l.holder.clone()),
-                    term: lease.map(|l| l.term),
-                    pod_spec_revision: app.pod_spec.as_ref().map(|p| p.revision),
-                });
-                for unit in &app.units {
-                    let u = &inner.units[unit];
-                    status.units.push(UnitStatusRow {
-                        name: unit.clone(),
-                        leader: lease.is_some_and(|l| &l.holder == unit),
-                        status: match &u.hook_error {
-                            Some(e) => Status::new(StatusKind::Error, e.clone()),
-                            None => u.status.clone(),
-                        },
-                        workload_version: u.workload_version.clone(),
-                    });
-                }
-            }
-            Ok(status)
-        })
+        Box::pin(async move { self.step(|tx| status::status(tx)) })
     }
 }

@@ -10,17 +10,17 @@ mod etcd;
 pub mod faults;
 mod lease;
 mod memory;
-pub mod routing;
 mod sqlite;
 mod state;
 
+pub use charm_model::{QueuedHook, routing};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdConfig, EtcdStore};
 pub use lease::{Claim, Lease, LeaseError, LeaseStore};
 pub use memory::MemoryStore;
 pub use sqlite::SqliteStore;
 pub use state::{
-    AppStatusRow, CommitError, CommitReceipt, Committed, Fence, ModelStatus, QueuedHook,
+    AppStatusRow, CommitError, CommitReceipt, Committed, Fence, HookCommit, ModelStatus,
     StateStore, StoreError, UnitStatusRow,
 };
 

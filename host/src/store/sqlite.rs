@@ -47,8 +47,6 @@
 //! [`StoreError::Corrupt`] before anything is written to it: these checks run on a read-only
 //! connection.
 
-use std::cell::RefCell;
-use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::Path;
@@ -61,15 +59,18 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionB
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use charm_model::error::not_found;
+use charm_model::tx::{AppView, ElectedTerm, ModelTx, PodSpecState, UnitUpdate};
+use charm_model::{commit, operations, snapshot, status};
+
 use super::{
-    AppStatusRow, BoxFuture, Claim, CommitError, CommitReceipt, Committed, Fence, Lease,
-    LeaseError, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, UnitStatusRow,
-    routing,
+    BoxFuture, Claim, CommitError, Committed, HookCommit, Lease, LeaseError, LeaseStore,
+    ModelStatus, QueuedHook, StateStore, StoreError,
 };
 use crate::model::{
-    ApplicationRecord, Bag, BagWrites, Changes, CharmMetadata, ConfigValue, Hook, PodSpecRecord,
-    PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, RelationView, SharedConfig, Status,
-    StatusKind, UnitSnapshot, app_of,
+    ApplicationRecord, Bag, BagWrites, CharmMetadata, ConfigValue, Hook, LeaseHolder,
+    PodSpecRecord, PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, SharedBag,
+    SharedConfig, Status, UnitRecord, UnitSnapshot,
 };
 
 /// How long an operation waits for another process's write transaction before it fails as
@@ -485,10 +486,6 @@ fn lease_err(e: StoreError) -> LeaseError {
     })
 }
 
-fn not_found(what: impl Into<String>) -> StoreError {
-    StoreError::NotFound(what.into())
-}
-
 fn encode(value: &impl Serialize) -> String {
     // The model types are plain data (string keys, no custom serialisers): this cannot fail.
     serde_json::to_string(value).expect("model types serialise to JSON")
@@ -885,169 +882,218 @@ fn queue_of(conn: &Connection, unit: &str) -> Result<Vec<QueuedHook>, StoreError
         .collect()
 }
 
-/// Queues `hooks` in order, each on its unit, inside the caller's write transaction, and
-/// returns those queued: a hook equal to one already waiting on its unit behind the first
-/// (counting those this call queued) is coalesced ([`routing::coalesces`]). A unit that does
-/// not exist fails the whole call; the caller's rollback then leaves nothing queued.
-fn enqueue_in(
-    conn: &Connection,
-    hooks: impl IntoIterator<Item = (String, Hook)>,
-) -> Result<Vec<QueuedHook>, StoreError> {
-    // The queue of each unit touched so far, as it stands in this transaction.
-    let mut queues: BTreeMap<String, Vec<Hook>> = BTreeMap::new();
-    let mut queued = Vec::new();
-    for (unit, hook) in hooks {
-        let queue = match queues.entry(unit.clone()) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => {
-                if !unit_exists(conn, e.key())? {
-                    return Err(not_found(format!("unit {}", e.key())));
-                }
-                let current = queue_of(conn, e.key())?;
-                e.insert(current.into_iter().map(|q| q.hook).collect())
-            }
-        };
-        if routing::coalesces(&queue.iter().collect::<Vec<_>>(), &hook) {
-            continue;
-        }
-        conn.prepare_cached("INSERT INTO hook_queue (unit, hook) VALUES (?1, ?2)")
-            .and_then(|mut s| s.execute([unit.as_str(), encode(&hook).as_str()]))
-            .db()?;
-        let seq = to_u64(conn.last_insert_rowid());
-        queue.push(hook.clone());
-        queued.push(QueuedHook { unit, seq, hook });
-    }
-    Ok(queued)
-}
-
-/// Runs `f` with `units_of` (an application's units, by number, as `conn` has them); a
-/// failed read fails the result.
-fn with_units_of<T>(
-    conn: &Connection,
-    f: impl FnOnce(&dyn Fn(&str) -> Vec<String>) -> T,
-) -> Result<T, StoreError> {
-    let failed = RefCell::new(None);
-    let units_of = |app: &str| {
-        unit_names(conn, app).unwrap_or_else(|e| {
-            failed.borrow_mut().get_or_insert(e);
-            Vec::new()
-        })
-    };
-    let out = f(&units_of);
-    match failed.into_inner() {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
-}
-
-/// Whether two relations relate the same endpoints, in either order.
-fn same_endpoints(a: &[RelationEndpoint], b: &[RelationEndpoint]) -> bool {
-    let key = |e: &RelationEndpoint| (e.app.clone(), e.endpoint.clone());
-    let mut a: Vec<_> = a.iter().map(key).collect();
-    let mut b: Vec<_> = b.iter().map(key).collect();
-    a.sort();
-    b.sort();
-    a == b
-}
-
 /// Whether a stored JSON text holds `value`. The text is compared first (the common, cheap
 /// case); parsing is the fallback for texts that differ only in form.
 fn same_json(stored: &str, text: &str, value: &serde_json::Value) -> bool {
     stored == text || serde_json::from_str::<serde_json::Value>(stored).is_ok_and(|v| v == *value)
 }
 
-/// A hook's commit, inside the caller's `BEGIN IMMEDIATE` transaction.
-fn commit_in(
-    conn: &Connection,
-    specs: &EncodedSpecs,
-    unit: &str,
-    hook: Option<u64>,
-    changes: &Changes,
-    fence: Option<&Fence>,
-) -> Result<Committed, CommitError> {
-    let app = app_of(unit);
-    // Validate everything first: once writing starts, only SQLite itself can fail, and then
-    // the transaction is rolled back.
-    if !unit_exists(conn, unit)? {
-        return Err(not_found(format!("unit {unit}")).into());
-    }
-    match fence {
-        Some(f) => {
-            // Read under the write lock, so no claim can slip in before the writes below.
-            let now_ms = floor_ms(now_since_epoch());
-            let holds = f.app == app
-                && f.holder == unit
-                && live_lease(conn, &f.app, now_ms)?
-                    .is_some_and(|l| l.holder == f.holder && l.term == f.term);
-            if !holds {
-                return Err(CommitError::Fenced { fence: f.clone() });
-            }
-        }
-        None if changes.needs_fence() => return Err(CommitError::Unfenced),
-        None => {}
-    }
-    for id in changes.unit_bags.keys().chain(changes.app_bags.keys()) {
-        let endpoints: Option<String> = conn
-            .prepare_cached("SELECT endpoints FROM relations WHERE id = ?1")
-            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
-            .db()?;
-        let visible = match endpoints {
-            Some(text) => {
-                decode::<Vec<RelationEndpoint>>(&text, || format!("endpoints of relation {id}"))?
-                    .iter()
-                    .any(|e| e.app == app)
-            }
-            None => false,
-        };
-        if !visible {
-            return Err(not_found(format!("relation {id}")).into());
-        }
-    }
-    // Last: the hook leaves the queue, so a second commit of it applies nothing. This is the
-    // first write; if it finds nothing to remove, nothing has been written.
-    if let Some(seq) = hook {
-        let removed = match i64::try_from(seq) {
-            Ok(raw) => conn
-                .prepare_cached("DELETE FROM hook_queue WHERE seq = ?1 AND unit = ?2")
-                .and_then(|mut s| s.execute(rusqlite::params![raw, unit]))
-                .db()?,
-            Err(_) => 0,
-        };
-        if removed == 0 {
-            return Err(CommitError::NotQueued {
-                unit: unit.to_string(),
-                seq,
-            });
-        }
+/// One transaction on the SQLite store, as the model's operations read and write it.
+struct SqliteTx<'c> {
+    conn: &'c Connection,
+    configs: &'c ConfigMemo,
+    specs: &'c EncodedSpecs,
+    /// The pod spec texts [`ModelTx::pod_spec_state`] encoded, for the write that follows.
+    spec_texts: Option<(String, Option<String>)>,
+}
+
+impl SqliteTx<'_> {
+    fn exec(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize, StoreError> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute(params))
+            .db()
     }
 
-    let mut receipt = CommitReceipt::default();
-    for (id, writes) in &changes.unit_bags {
-        if write_bag(conn, &UNIT_BAGS, &[id, &unit], writes)? {
-            receipt.unit_bags_changed.push(*id);
+    /// The bags of `owners` among one relation's bags, read with `sql`.
+    fn bags(
+        &self,
+        sql: &str,
+        id: RelationId,
+        owners: &[&str],
+    ) -> Result<Vec<SharedBag>, StoreError> {
+        let mut stored = read_relation_bags(self.conn, sql, id)?;
+        let mut bags: Vec<SharedBag> = Vec::with_capacity(owners.len());
+        for (i, owner) in owners.iter().enumerate() {
+            let bag = match stored.remove(*owner) {
+                Some(bag) => Arc::new(bag),
+                // Asked twice (peers: both sides are this application): already read.
+                None => match owners[..i].iter().position(|o| o == owner) {
+                    Some(first) => bags[first].clone(),
+                    None => SharedBag::default(),
+                },
+            };
+            bags.push(bag);
         }
+        Ok(bags)
     }
-    for (id, writes) in &changes.app_bags {
-        if write_bag(conn, &APP_BAGS, &[id, &app], writes)? {
-            receipt.app_bags_changed.push(*id);
-        }
+}
+
+impl ModelTx for SqliteTx<'_> {
+    fn app_charms(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+        self.conn
+            .prepare_cached("SELECT name, charm FROM applications ORDER BY name")
+            .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+            .db()
     }
-    receipt.leader_data_changed = write_bag(conn, &LEADER_DATA, &[&app], &changes.leader_data)?;
-    if let Some(status) = &changes.app_status {
-        conn.prepare_cached("UPDATE applications SET status = ?2 WHERE name = ?1")
-            .and_then(|mut s| s.execute(rusqlite::params![app, encode(status)]))
+
+    fn app_exists(&mut self, app: &str) -> Result<bool, StoreError> {
+        app_exists(self.conn, app)
+    }
+
+    fn app_view(&mut self, app: &str) -> Result<Option<AppView>, StoreError> {
+        let row: Option<(String, String, String)> = self
+            .conn
+            .prepare_cached("SELECT metadata, config, status FROM applications WHERE name = ?1")
+            .and_then(|mut s| {
+                s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()
+            })
             .db()?;
+        let Some((metadata, config, status)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(AppView {
+            config: self.configs.effective(app, metadata, config)?,
+            leader_data: Arc::new(read_bag(
+                self.conn,
+                "SELECT key, value FROM leader_data WHERE app = ?1",
+                &[&app],
+            )?),
+            status: decode(&status, || format!("status of {app}"))?,
+        }))
     }
-    if let Some(write) = &changes.pod_spec {
-        let current: Option<(i64, String, Option<String>)> = conn
+
+    fn units_of(&mut self, app: &str) -> Result<Vec<String>, StoreError> {
+        unit_names(self.conn, app)
+    }
+
+    fn next_unit_number(&mut self, app: &str) -> Result<Option<u32>, StoreError> {
+        let next: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT next_unit FROM applications WHERE name = ?1")
+            .and_then(|mut s| s.query_row([app], |r| r.get(0)).optional())
+            .db()?;
+        next.map(|n| {
+            u32::try_from(n)
+                .map_err(|_| StoreError::Corrupt(format!("next unit number of {app}: {n}")))
+        })
+        .transpose()
+    }
+
+    fn unit_exists(&mut self, unit: &str) -> Result<bool, StoreError> {
+        unit_exists(self.conn, unit)
+    }
+
+    fn unit(&mut self, unit: &str) -> Result<Option<UnitRecord>, StoreError> {
+        type Row = (String, String, Option<String>, Option<i64>);
+        let row: Option<Row> = self
+            .conn
+            .prepare_cached(
+                "SELECT status, workload_version, hook_error, elected_term FROM units WHERE name = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row([unit], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                    .optional()
+            })
+            .db()?;
+        let Some((status, workload_version, hook_error, elected_term)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(UnitRecord {
+            status: decode(&status, || format!("status of {unit}"))?,
+            workload_version,
+            hook_error,
+            stored: Arc::new(read_bag(
+                self.conn,
+                "SELECT key, value FROM stored_state WHERE unit = ?1",
+                &[&unit],
+            )?),
+            elected_term: elected_term.map(to_u64),
+        }))
+    }
+
+    fn live_lease(&mut self, app: &str) -> Result<Option<LeaseHolder>, StoreError> {
+        // Read under the step's lock, so no claim can slip in before its writes.
+        let now_ms = floor_ms(now_since_epoch());
+        Ok(live_lease(self.conn, app, now_ms)?.map(|l| LeaseHolder {
+            holder: l.holder,
+            term: l.term,
+        }))
+    }
+
+    fn relation(&mut self, id: RelationId) -> Result<Option<Arc<RelationRecord>>, StoreError> {
+        let row: Option<(String, String)> = self
+            .conn
+            .prepare_cached("SELECT interface, endpoints FROM relations WHERE id = ?1")
+            .and_then(|mut s| s.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .db()?;
+        row.map(|(interface, endpoints)| {
+            relation_record(id.into(), interface, &endpoints).map(Arc::new)
+        })
+        .transpose()
+    }
+
+    fn relations_of(&mut self, app: &str) -> Result<Vec<Arc<RelationRecord>>, StoreError> {
+        Ok(relations_of(self.conn, app)?
+            .into_iter()
+            .map(Arc::new)
+            .collect())
+    }
+
+    fn next_relation_id(&mut self) -> Result<RelationId, StoreError> {
+        // AUTOINCREMENT keeps the highest id ever given, so none is reused.
+        let last: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'relations'), 0)",
+            )
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .db()?;
+        RelationId::try_from(last + 1)
+            .map_err(|_| StoreError::Corrupt(format!("relation id {} out of range", last + 1)))
+    }
+
+    fn unit_bags(&mut self, id: RelationId, units: &[&str]) -> Result<Vec<SharedBag>, StoreError> {
+        self.bags(
+            "SELECT unit, key, value FROM relation_unit_bags WHERE relation = ?1",
+            id,
+            units,
+        )
+    }
+
+    fn app_bags(&mut self, id: RelationId, apps: &[&str]) -> Result<Vec<SharedBag>, StoreError> {
+        self.bags(
+            "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1",
+            id,
+            apps,
+        )
+    }
+
+    fn pod_spec_revision(&mut self, app: &str) -> Result<Option<u64>, StoreError> {
+        let revision: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT revision FROM pod_specs WHERE app = ?1")
+            .and_then(|mut s| s.query_row([app], |r| r.get(0)).optional())
+            .db()?;
+        Ok(revision.map(to_u64))
+    }
+
+    fn pod_spec_state(
+        &mut self,
+        app: &str,
+        write: &Arc<PodSpecWrite>,
+    ) -> Result<PodSpecState, StoreError> {
+        let current: Option<(i64, String, Option<String>)> = self
+            .conn
             .prepare_cached("SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1")
             .and_then(|mut s| {
                 s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                     .optional()
             })
             .db()?;
-        let (spec, resources) = specs.texts(app, write);
-        let unchanged = current
+        let (spec, resources) = self.specs.texts(app, write);
+        let same = current
             .as_ref()
             .is_some_and(|(_, stored_spec, stored_resources)| {
                 same_json(stored_spec, &spec, &write.spec)
@@ -1057,232 +1103,223 @@ fn commit_in(
                         _ => false,
                     }
             });
-        if !unchanged {
-            let revision = current.map_or(1, |(revision, ..)| revision + 1);
-            conn.prepare_cached(
-                "INSERT INTO pod_specs (app, revision, spec, k8s_resources) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (app) DO UPDATE
-                 SET revision = excluded.revision, spec = excluded.spec, k8s_resources = excluded.k8s_resources",
-            )
-            .and_then(|mut s| s.execute(rusqlite::params![app, revision, spec, resources]))
-            .db()?;
-            // A plain INSERT: a revision written twice is an error, not a silent overwrite.
-            conn.prepare_cached(
-                "INSERT INTO pod_spec_history (app, revision, spec, k8s_resources)
-                 VALUES (?1, ?2, ?3, ?4)",
-            )
-            .and_then(|mut s| s.execute(rusqlite::params![app, revision, spec, resources]))
-            .db()?;
-            receipt.pod_spec_revision = Some(to_u64(revision));
+        self.spec_texts = Some((spec, resources));
+        Ok(PodSpecState {
+            revision: current.map(|(revision, ..)| to_u64(revision)),
+            same,
+        })
+    }
+
+    fn queued_hooks(&mut self, unit: &str) -> Result<Option<Vec<Hook>>, StoreError> {
+        if !unit_exists(self.conn, unit)? {
+            return Ok(None);
         }
-    }
-    if let Some(status) = &changes.unit_status {
-        conn.prepare_cached("UPDATE units SET status = ?2 WHERE name = ?1")
-            .and_then(|mut s| s.execute(rusqlite::params![unit, encode(status)]))
-            .db()?;
-    }
-    if let Some(version) = &changes.workload_version {
-        conn.prepare_cached("UPDATE units SET workload_version = ?2 WHERE name = ?1")
-            .and_then(|mut s| s.execute([unit, version.as_str()]))
-            .db()?;
-    }
-    write_bag(conn, &STORED_STATE, &[&unit], &changes.stored)?;
-    if let Some(term) = changes.elected_term {
-        // Terms are issued by this store as SQLite integers, so every real one fits.
-        let term = i64::try_from(term).unwrap_or(i64::MAX);
-        conn.prepare_cached("UPDATE units SET elected_term = ?2 WHERE name = ?1")
-            .and_then(|mut s| s.execute(rusqlite::params![unit, term]))
-            .db()?;
-    } else if fence.is_none() {
-        // It ran as a follower: leader-elected is owed should it lead again.
-        conn.prepare_cached(
-            "UPDATE units SET elected_term = NULL WHERE name = ?1 AND elected_term IS NOT NULL",
-        )
-        .and_then(|mut s| s.execute([unit]))
-        .db()?;
+        Ok(Some(
+            queue_of(self.conn, unit)?
+                .into_iter()
+                .map(|q| q.hook)
+                .collect(),
+        ))
     }
 
-    // The hooks the changes fire, queued in this transaction so none is lost.
-    // A unit writes only its application's bags: their relations route the follow-ups.
-    let relations = if receipt.unit_bags_changed.is_empty() && receipt.app_bags_changed.is_empty() {
-        Vec::new()
-    } else {
-        relations_of(conn, app_of(unit))?
-    };
-    let follow_ups = with_units_of(conn, |units_of| {
-        routing::follow_ups(unit, &receipt, &relations, units_of)
-    })?;
-    let queued = enqueue_in(conn, follow_ups)?;
-    Ok(Committed { receipt, queued })
-}
-
-fn snapshot_in(
-    conn: &Connection,
-    configs: &ConfigMemo,
-    model: &str,
-    unit: &str,
-) -> Result<UnitSnapshot, StoreError> {
-    let app_name = app_of(unit);
-    let (unit_status, elected_term): (String, Option<i64>) = conn
-        .prepare_cached("SELECT status, elected_term FROM units WHERE name = ?1")
-        .and_then(|mut s| {
-            s.query_row([unit], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
-        })
-        .db()?
-        .ok_or_else(|| not_found(format!("unit {unit}")))?;
-    let app_row: (String, String, String) = conn
-        .prepare_cached("SELECT metadata, config, status FROM applications WHERE name = ?1")
-        .and_then(|mut s| {
-            s.query_row([app_name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()
-        })
-        .db()?
-        .ok_or_else(|| not_found(format!("application {app_name}")))?;
-    let (metadata, config, app_status) = app_row;
-    let config = configs.effective(app_name, metadata, config)?;
-
-    let mut relations = BTreeMap::new();
-    for rel in relations_of(conn, app_name)? {
-        let (Some(local), Some(remote)) = (rel.local(app_name), rel.remote(app_name)) else {
-            continue;
+    fn is_queued(&mut self, unit: &str, seq: u64) -> Result<bool, StoreError> {
+        let Ok(seq) = i64::try_from(seq) else {
+            return Ok(false);
         };
-        let remote_units: Vec<String> = unit_names(conn, &remote.app)?
-            .into_iter()
-            .filter(|u| u.as_str() != unit)
-            .collect();
-        let mut stored_unit_bags = read_relation_bags(
-            conn,
-            "SELECT unit, key, value FROM relation_unit_bags WHERE relation = ?1",
-            rel.id,
-        )?;
-        let mut stored_app_bags = read_relation_bags(
-            conn,
-            "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1",
-            rel.id,
-        )?;
-        let mut unit_bags = BTreeMap::new();
-        for name in remote_units.iter().map(String::as_str).chain([unit]) {
-            unit_bags.insert(
-                name.to_string(),
-                Arc::new(stored_unit_bags.remove(name).unwrap_or_default()),
-            );
-        }
-        let mut app_bags = BTreeMap::new();
-        for name in [app_name, remote.app.as_str()] {
-            let bag = match stored_app_bags.remove(name) {
-                Some(bag) => Arc::new(bag),
-                // Peers: both sides are this application, already read.
-                None => app_bags.get(name).cloned().unwrap_or_default(),
-            };
-            app_bags.insert(name.to_string(), bag);
-        }
-        relations.insert(
-            rel.id,
-            RelationView {
-                id: rel.id,
-                endpoint: local.endpoint.clone(),
-                remote_app: remote.app.clone(),
-                remote_units,
-                unit_bags,
-                app_bags,
-            },
-        );
+        self.conn
+            .prepare_cached("SELECT 1 FROM hook_queue WHERE seq = ?1 AND unit = ?2")
+            .and_then(|mut s| s.exists(rusqlite::params![seq, unit]))
+            .db()
     }
-    Ok(UnitSnapshot {
-        model: model.to_string(),
-        unit: unit.to_string(),
-        app: app_name.to_string(),
-        config,
-        relations,
-        leader_data: Arc::new(read_bag(
-            conn,
-            "SELECT key, value FROM leader_data WHERE app = ?1",
-            &[&app_name],
-        )?),
-        unit_status: decode(&unit_status, || format!("status of {unit}"))?,
-        app_status: decode(&app_status, || format!("status of {app_name}"))?,
-        stored: Arc::new(read_bag(
-            conn,
-            "SELECT key, value FROM stored_state WHERE unit = ?1",
-            &[&unit],
-        )?),
-        elected_term: elected_term.map(to_u64),
-    })
-}
 
-fn status_in(conn: &Connection) -> Result<ModelStatus, StoreError> {
-    let now_ms = floor_ms(now_since_epoch());
-    type AppRow = (
-        String,
-        String,
-        String,
-        Option<i64>,
-        Option<String>,
-        Option<i64>,
-        Option<i64>,
-    );
-    let apps: Vec<AppRow> = conn
-        .prepare_cached(
-            "SELECT a.name, a.charm, a.status, p.revision, l.holder, l.term, l.expiry_ms
-             FROM applications a
-             LEFT JOIN pod_specs p ON p.app = a.name
-             LEFT JOIN leases l ON l.app = a.name
-             ORDER BY a.name",
-        )
-        .and_then(|mut s| {
-            s.query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                ))
-            })?
-            .collect()
-        })
-        .db()?;
-    let mut status = ModelStatus::default();
-    for (name, charm, app_status, revision, holder, term, expiry_ms) in apps {
-        let lease = match (holder, term, expiry_ms) {
-            (Some(holder), Some(term), Some(expiry_ms)) if expiry_ms > now_ms => {
-                Some((holder, to_u64(term)))
+    fn create_application(&mut self, app: ApplicationRecord) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO applications (name, charm, metadata, config, status, next_unit)
+             VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+            rusqlite::params![
+                app.name,
+                app.charm,
+                encode(&app.metadata),
+                encode(&app.config),
+                encode(&Status::default())
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn create_unit(&mut self, app: &str, number: u32, name: &str) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO units (name, app, number, status, workload_version, hook_error)
+             VALUES (?1, ?2, ?3, ?4, '', NULL)",
+            rusqlite::params![name, app, number, encode(&Status::default())],
+        )?;
+        self.exec(
+            "UPDATE applications SET next_unit = ?2 WHERE name = ?1",
+            rusqlite::params![app, number + 1],
+        )?;
+        Ok(())
+    }
+
+    fn create_relation(&mut self, record: RelationRecord) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO relations (id, interface, endpoints) VALUES (?1, ?2, ?3)",
+            rusqlite::params![record.id, record.interface, encode(&record.endpoints)],
+        )?;
+        for e in &record.endpoints {
+            self.exec(
+                "INSERT OR IGNORE INTO relation_apps (app, relation) VALUES (?1, ?2)",
+                rusqlite::params![e.app, record.id],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn write_unit_bag(
+        &mut self,
+        id: RelationId,
+        unit: &str,
+        writes: &BagWrites,
+    ) -> Result<bool, StoreError> {
+        write_bag(self.conn, &UNIT_BAGS, &[&id, &unit], writes)
+    }
+
+    fn write_app_bag(
+        &mut self,
+        id: RelationId,
+        app: &str,
+        writes: &BagWrites,
+    ) -> Result<bool, StoreError> {
+        write_bag(self.conn, &APP_BAGS, &[&id, &app], writes)
+    }
+
+    fn write_leader_data(&mut self, app: &str, writes: &BagWrites) -> Result<bool, StoreError> {
+        write_bag(self.conn, &LEADER_DATA, &[&app], writes)
+    }
+
+    fn set_app_status(&mut self, app: &str, status: &Status) -> Result<(), StoreError> {
+        self.exec(
+            "UPDATE applications SET status = ?2 WHERE name = ?1",
+            rusqlite::params![app, encode(status)],
+        )?;
+        Ok(())
+    }
+
+    fn put_pod_spec(
+        &mut self,
+        app: &str,
+        revision: u64,
+        write: &Arc<PodSpecWrite>,
+    ) -> Result<(), StoreError> {
+        let (spec, resources) = match self.spec_texts.take() {
+            Some(texts) => texts,
+            None => self.specs.texts(app, write),
+        };
+        let revision = i64::try_from(revision)
+            .map_err(|_| StoreError::Corrupt(format!("pod spec revision {revision} of {app}")))?;
+        self.exec(
+            "INSERT INTO pod_specs (app, revision, spec, k8s_resources) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (app) DO UPDATE
+             SET revision = excluded.revision, spec = excluded.spec, k8s_resources = excluded.k8s_resources",
+            rusqlite::params![app, revision, spec, resources],
+        )?;
+        // A plain INSERT: a revision written twice is an error, not a silent overwrite.
+        self.exec(
+            "INSERT INTO pod_spec_history (app, revision, spec, k8s_resources)
+             VALUES (?1, ?2, ?3, ?4)",
+            rusqlite::params![app, revision, spec, resources],
+        )?;
+        Ok(())
+    }
+
+    fn update_unit(&mut self, unit: &str, update: UnitUpdate<'_>) -> Result<(), StoreError> {
+        if let Some(status) = update.status {
+            self.exec(
+                "UPDATE units SET status = ?2 WHERE name = ?1",
+                rusqlite::params![unit, encode(status)],
+            )?;
+        }
+        if let Some(version) = update.workload_version {
+            self.exec(
+                "UPDATE units SET workload_version = ?2 WHERE name = ?1",
+                [unit, version],
+            )?;
+        }
+        write_bag(self.conn, &STORED_STATE, &[&unit], update.stored)?;
+        match update.elected_term {
+            ElectedTerm::Keep => {}
+            ElectedTerm::Set(term) => {
+                // Terms are issued by this store as SQLite integers, so every real one fits.
+                let term = i64::try_from(term).unwrap_or(i64::MAX);
+                self.exec(
+                    "UPDATE units SET elected_term = ?2 WHERE name = ?1",
+                    rusqlite::params![unit, term],
+                )?;
             }
-            _ => None,
-        };
-        type UnitRow = (String, String, String, Option<String>);
-        let units: Vec<UnitRow> = conn
-            .prepare_cached(
-                "SELECT name, status, workload_version, hook_error FROM units WHERE app = ?1 ORDER BY number",
-            )
-            .and_then(|mut s| s.query_map([&name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect())
-            .db()?;
-        for (unit, unit_status, workload_version, hook_error) in units {
-            status.units.push(UnitStatusRow {
-                leader: lease.as_ref().is_some_and(|(h, _)| *h == unit),
-                status: match hook_error {
-                    Some(e) => Status::new(StatusKind::Error, e),
-                    None => decode(&unit_status, || format!("status of {unit}"))?,
-                },
-                name: unit,
-                workload_version,
-            });
+            ElectedTerm::Clear => {
+                self.exec(
+                    "UPDATE units SET elected_term = NULL WHERE name = ?1 AND elected_term IS NOT NULL",
+                    [unit],
+                )?;
+            }
         }
-        status.applications.push(AppStatusRow {
-            status: decode(&app_status, || format!("status of {name}"))?,
-            name,
-            charm,
-            leader: lease.as_ref().map(|(h, _)| h.clone()),
-            term: lease.map(|(_, t)| t),
-            pod_spec_revision: revision.map(to_u64),
-        });
+        Ok(())
     }
-    Ok(status)
+
+    fn set_hook_error(&mut self, unit: &str, error: Option<&str>) -> Result<(), StoreError> {
+        self.exec(
+            "UPDATE units SET hook_error = ?2 WHERE name = ?1",
+            rusqlite::params![unit, error],
+        )?;
+        Ok(())
+    }
+
+    fn dequeue(&mut self, unit: &str, seq: u64) -> Result<(), StoreError> {
+        let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+        self.exec(
+            "DELETE FROM hook_queue WHERE seq = ?1 AND unit = ?2",
+            rusqlite::params![seq, unit],
+        )?;
+        Ok(())
+    }
+
+    fn enqueue(&mut self, unit: &str, hook: &Hook) -> Result<u64, StoreError> {
+        self.exec(
+            "INSERT INTO hook_queue (unit, hook) VALUES (?1, ?2)",
+            [unit, encode(hook).as_str()],
+        )?;
+        Ok(to_u64(self.conn.last_insert_rowid()))
+    }
 }
 
+impl SqliteStore {
+    /// Runs a model operation in one transaction: a write transaction (`BEGIN IMMEDIATE`,
+    /// holding the file's write lock from the first check to the commit, across every
+    /// process sharing the file) committed if the operation succeeds, or a read
+    /// transaction, which sees one instant of the file. On an error nothing is written.
+    fn step<T, E: From<StoreError>>(
+        &self,
+        write: bool,
+        op: impl FnOnce(&mut SqliteTx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let conn = self.lock();
+        let tx = if write {
+            HookTx::write(&conn)
+        } else {
+            HookTx::read(&conn)
+        }
+        .db()?;
+        let out = op(&mut SqliteTx {
+            conn: &tx,
+            configs: &self.configs,
+            specs: &self.specs,
+            spec_texts: None,
+        })?;
+        if write {
+            tx.commit().db()?;
+        }
+        Ok(out)
+    }
+}
 impl StateStore for SqliteStore {
     fn model_name(&self) -> &str {
         &self.model
@@ -1292,31 +1329,7 @@ impl StateStore for SqliteStore {
         &'a self,
         app: ApplicationRecord,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let mut conn = self.lock();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
-            if app_exists(&tx, &app.name)? {
-                return Err(StoreError::AlreadyExists(format!(
-                    "application {}",
-                    app.name
-                )));
-            }
-            tx.execute(
-                "INSERT INTO applications (name, charm, metadata, config, status, next_unit)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0)",
-                rusqlite::params![
-                    app.name,
-                    app.charm,
-                    encode(&app.metadata),
-                    encode(&app.config),
-                    encode(&Status::default())
-                ],
-            )
-            .db()?;
-            tx.commit().db()
-        })
+        Box::pin(async move { self.step(true, |tx| operations::add_application(tx, app)) })
     }
 
     fn application<'a>(
@@ -1350,39 +1363,7 @@ impl StateStore for SqliteStore {
     }
 
     fn add_unit<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
-        Box::pin(async move {
-            let mut conn = self.lock();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
-            let number: i64 = tx
-                .query_row(
-                    "SELECT next_unit FROM applications WHERE name = ?1",
-                    [app],
-                    |r| r.get(0),
-                )
-                .optional()
-                .db()?
-                .ok_or_else(|| not_found(format!("application {app}")))?;
-            let name = format!("{app}/{number}");
-            tx.execute(
-                "INSERT INTO units (name, app, number, status, workload_version, hook_error)
-                 VALUES (?1, ?2, ?3, ?4, '', NULL)",
-                rusqlite::params![name, app, number, encode(&Status::default())],
-            )
-            .db()?;
-            tx.execute(
-                "UPDATE applications SET next_unit = ?2 WHERE name = ?1",
-                rusqlite::params![app, number + 1],
-            )
-            .db()?;
-            enqueue_in(
-                &tx,
-                routing::deploy_hooks().map(|hook| (name.clone(), hook)),
-            )?;
-            tx.commit().db()?;
-            Ok(name)
-        })
+        Box::pin(async move { self.step(true, |tx| operations::add_unit(tx, app)) })
     }
 
     fn units<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
@@ -1404,46 +1385,9 @@ impl StateStore for SqliteStore {
         endpoints: Vec<RelationEndpoint>,
     ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
         Box::pin(async move {
-            let mut conn = self.lock();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
-            for e in &endpoints {
-                if !app_exists(&tx, &e.app)? {
-                    return Err(not_found(format!("application {}", e.app)));
-                }
-            }
-            let first = endpoints.first().map_or("", |e| e.app.as_str());
-            if let Some(existing) = relations_of(&tx, first)?
-                .into_iter()
-                .find(|r| same_endpoints(&r.endpoints, &endpoints))
-            {
-                return Err(StoreError::AlreadyExists(format!(
-                    "relation {}",
-                    existing.id
-                )));
-            }
-            tx.execute(
-                "INSERT INTO relations (interface, endpoints) VALUES (?1, ?2)",
-                [interface, encode(&endpoints).as_str()],
-            )
-            .db()?;
-            let record = relation_record(
-                tx.last_insert_rowid(),
-                interface.to_string(),
-                &encode(&endpoints),
-            )?;
-            for e in &endpoints {
-                tx.prepare_cached(
-                    "INSERT OR IGNORE INTO relation_apps (app, relation) VALUES (?1, ?2)",
-                )
-                .and_then(|mut s| s.execute(rusqlite::params![e.app, record.id]))
-                .db()?;
-            }
-            let hooks = with_units_of(&tx, |units_of| routing::relation_hooks(&record, units_of))?;
-            let queued = enqueue_in(&tx, hooks)?;
-            tx.commit().db()?;
-            Ok((record, queued))
+            self.step(true, |tx| {
+                operations::add_relation(tx, interface, endpoints)
+            })
         })
     }
 
@@ -1451,15 +1395,7 @@ impl StateStore for SqliteStore {
         &'a self,
         hooks: Vec<(String, Hook)>,
     ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
-        Box::pin(async move {
-            let mut conn = self.lock();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
-            let queued = enqueue_in(&tx, hooks)?;
-            tx.commit().db()?;
-            Ok(queued)
-        })
+        Box::pin(async move { self.step(true, |tx| operations::enqueue(tx, hooks)) })
     }
 
     fn queued<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
@@ -1478,31 +1414,14 @@ impl StateStore for SqliteStore {
     }
 
     fn snapshot<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitSnapshot, StoreError>> {
-        Box::pin(async move {
-            let conn = self.lock();
-            // One read transaction: the hook sees one instant of the model.
-            let tx = HookTx::read(&conn).db()?;
-            snapshot_in(&tx, &self.configs, &self.model, unit)
-        })
+        Box::pin(async move { self.step(false, |tx| snapshot::snapshot(tx, &self.model, unit)) })
     }
 
-    fn commit<'a>(
+    fn commit_hook<'a>(
         &'a self,
-        unit: &'a str,
-        hook: Option<u64>,
-        changes: &'a Changes,
-        fence: Option<&'a Fence>,
+        request: HookCommit<'a>,
     ) -> BoxFuture<'a, Result<Committed, CommitError>> {
-        Box::pin(async move {
-            let conn = self.lock();
-            // IMMEDIATE: the write lock is held from the fence check to the commit, across
-            // every process sharing the file. An error returns before `commit` and dropping
-            // the transaction rolls back whatever was written.
-            let tx = HookTx::write(&conn).db()?;
-            let committed = commit_in(&tx, &self.specs, unit, hook, changes, fence)?;
-            tx.commit().db()?;
-            Ok(committed)
-        })
+        Box::pin(async move { self.step(true, |tx| commit::commit(tx, request)) })
     }
 
     fn set_hook_error<'a>(
@@ -1511,15 +1430,9 @@ impl StateStore for SqliteStore {
         error: Option<String>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let conn = self.lock();
-            let rows = conn
-                .prepare_cached("UPDATE units SET hook_error = ?2 WHERE name = ?1")
-                .and_then(|mut s| s.execute(rusqlite::params![unit, error]))
-                .db()?;
-            if rows == 0 {
-                return Err(not_found(format!("unit {unit}")));
-            }
-            Ok(())
+            self.step(true, |tx| {
+                operations::set_hook_error(tx, unit, error.as_deref())
+            })
         })
     }
 
@@ -1550,13 +1463,7 @@ impl StateStore for SqliteStore {
     }
 
     fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>> {
-        Box::pin(async move {
-            let mut conn = self.lock();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Deferred)
-                .db()?;
-            status_in(&tx)
-        })
+        Box::pin(async move { self.step(false, |tx| status::status(tx)) })
     }
 }
 

@@ -1,8 +1,8 @@
-//! Which hooks a model change fires, as Juju fires them. Pure functions: every backend
-//! calls them inside the same atomic step as the change, so no fired hook is ever lost.
+//! Which hooks a model change fires, as Juju fires them. The model's operations call them
+//! inside the same atomic step as the change, so no fired hook is ever lost.
 
-use super::CommitReceipt;
-use crate::model::{Hook, RelationHook, RelationRecord, app_of};
+use crate::commit::CommitReceipt;
+use crate::records::{Hook, RelationHook, RelationRecord, app_of};
 
 /// The hooks a new unit runs first, in Juju's order (leader-elected, when the unit leads,
 /// is put after install by its agent).
@@ -48,10 +48,10 @@ pub fn relation_hooks(
 /// each bag that changed (about `unit` for its unit bag, about no unit for its application
 /// bag), and leader-settings-changed on the application's other units when the leader
 /// settings changed.
-pub fn follow_ups(
+pub fn follow_ups<R: std::borrow::Borrow<RelationRecord>>(
     unit: &str,
     receipt: &CommitReceipt,
-    relations: &[RelationRecord],
+    relations: &[R],
     units_of: impl Fn(&str) -> Vec<String>,
 ) -> Vec<(String, Hook)> {
     let app = app_of(unit);
@@ -62,7 +62,7 @@ pub fn follow_ups(
         .map(|id| (*id, Some(unit.to_string())))
         .chain(receipt.app_bags_changed.iter().map(|id| (*id, None)));
     for (id, remote_unit) in changed {
-        let Some(rel) = relations.iter().find(|r| r.id == id) else {
+        let Some(rel) = relations.iter().map(|r| r.borrow()).find(|r| r.id == id) else {
             continue;
         };
         let Some(remote) = rel.remote(app) else {
@@ -93,6 +93,6 @@ pub fn follow_ups(
 
 /// Whether `hook` coalesces into `queue` (the unit's queued hooks, in order) and so need not
 /// be queued: an equal hook already waits there behind the first, which may be running.
-pub fn coalesces(queue: &[&Hook], hook: &Hook) -> bool {
-    queue.iter().skip(1).any(|h| *h == hook)
+pub fn coalesces(queue: &[Hook], hook: &Hook) -> bool {
+    queue.iter().skip(1).any(|h| h == hook)
 }

@@ -1,0 +1,193 @@
+//! A hook's commit: the fence, the checks, the writes, the pod spec revision rule, and the
+//! hooks its changes fire, all in one atomic step of the store.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CommitError, not_found};
+use crate::operations::{enqueue, units_by_app};
+use crate::records::{Changes, LeaseHolder, QueuedHook, RelationId, app_of};
+use crate::routing::follow_ups;
+use crate::tx::{ElectedTerm, ModelTx, UnitUpdate};
+
+/// The leadership a commit depends on: the application's lease must still have this holder
+/// and this term when the commit is applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    /// The application.
+    pub app: String,
+    /// The unit that was leader when the hook started.
+    pub holder: String,
+    /// The lease's term then.
+    pub term: u64,
+}
+
+impl Fence {
+    /// Whether a commit of `unit` may pass this fence while `lease` is the application's
+    /// unexpired lease: the fence is the unit's own, for its application, and the lease
+    /// still has the fence's holder and term.
+    ///
+    /// ```
+    /// use charm_model::{Fence, LeaseHolder};
+    ///
+    /// let fence = Fence { app: "db".into(), holder: "db/0".into(), term: 3 };
+    /// let lease = |holder: &str, term| Some(LeaseHolder { holder: holder.into(), term });
+    /// assert!(fence.admits("db/0", lease("db/0", 3).as_ref()));
+    /// assert!(!fence.admits("db/0", lease("db/0", 4).as_ref()), "a later term");
+    /// assert!(!fence.admits("db/0", lease("db/1", 3).as_ref()), "another holder");
+    /// assert!(!fence.admits("db/0", None), "the lease lapsed");
+    /// assert!(!fence.admits("db/1", lease("db/0", 3).as_ref()), "another unit's fence");
+    /// ```
+    pub fn admits(&self, unit: &str, lease: Option<&LeaseHolder>) -> bool {
+        self.app == app_of(unit)
+            && self.holder == unit
+            && lease.is_some_and(|l| l.holder == self.holder && l.term == self.term)
+    }
+}
+
+/// What a commit changed, so the host can fire the hooks Juju would.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitReceipt {
+    /// Relations whose bag of this unit changed.
+    pub unit_bags_changed: Vec<RelationId>,
+    /// Relations whose bag of this application changed.
+    pub app_bags_changed: Vec<RelationId>,
+    /// Whether the leader settings changed.
+    pub leader_data_changed: bool,
+    /// The pod spec's new revision, if the spec changed.
+    pub pod_spec_revision: Option<u64>,
+}
+
+/// What a commit did: what changed, and the hooks it queued on other units.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// What changed.
+    pub receipt: CommitReceipt,
+    /// The hooks the changes fired on other units (relation-changed,
+    /// leader-settings-changed), queued in the same step.
+    pub queued: Vec<QueuedHook>,
+}
+
+/// One hook's commit, as a store is asked to apply it.
+#[derive(Debug, Clone, Copy)]
+pub struct HookCommit<'a> {
+    /// The unit whose hook it is.
+    pub unit: &'a str,
+    /// The hook's sequence number; `None` for hooks the host generates, such as
+    /// leader-elected.
+    pub hook: Option<u64>,
+    /// Everything the hook wrote.
+    pub changes: &'a Changes,
+    /// The leadership the hook ran under, if it ran as leader.
+    pub fence: Option<&'a Fence>,
+}
+
+/// Applies one hook's writes in the step `tx`: if it has a fence, only while the
+/// application's lease still has its holder and term; leader-only writes without a fence
+/// are refused. All or nothing: every check comes before the first write, and a store
+/// error after it makes the store abandon the step.
+///
+/// In the same step the hook leaves its unit's queue, and must still be in it, so a commit
+/// applies at most once ([`CommitError::NotQueued`]); the leader-elected record is set, or,
+/// on a commit without a fence, cleared; and the hooks the changes fire on other units
+/// ([`follow_ups`]) are queued.
+pub fn commit<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    request: HookCommit<'_>,
+) -> Result<Committed, CommitError> {
+    let HookCommit {
+        unit,
+        hook,
+        changes,
+        fence,
+    } = request;
+    let app = app_of(unit);
+    if !tx.unit_exists(unit)? {
+        return Err(not_found(format!("unit {unit}")).into());
+    }
+    match fence {
+        Some(f) => {
+            if !f.admits(unit, tx.live_lease(app)?.as_ref()) {
+                return Err(CommitError::Fenced { fence: f.clone() });
+            }
+        }
+        None if changes.needs_fence() => return Err(CommitError::Unfenced),
+        None => {}
+    }
+    // A unit writes only its application's bags, in relations it is in; those relations
+    // route the follow-ups.
+    let mut relations = Vec::new();
+    for id in changes.unit_bags.keys().chain(changes.app_bags.keys()) {
+        match tx.relation(*id)? {
+            Some(r) if r.local(app).is_some() => relations.push(r),
+            _ => return Err(not_found(format!("relation {id}")).into()),
+        }
+    }
+    if let Some(seq) = hook {
+        if !tx.is_queued(unit, seq)? {
+            return Err(CommitError::NotQueued {
+                unit: unit.to_string(),
+                seq,
+            });
+        }
+        tx.dequeue(unit, seq)?;
+    }
+
+    let mut receipt = CommitReceipt::default();
+    for (id, writes) in &changes.unit_bags {
+        if tx.write_unit_bag(*id, unit, writes)? {
+            receipt.unit_bags_changed.push(*id);
+        }
+    }
+    for (id, writes) in &changes.app_bags {
+        if tx.write_app_bag(*id, app, writes)? {
+            receipt.app_bags_changed.push(*id);
+        }
+    }
+    receipt.leader_data_changed =
+        !changes.leader_data.is_empty() && tx.write_leader_data(app, &changes.leader_data)?;
+    if let Some(status) = &changes.app_status {
+        tx.set_app_status(app, status)?;
+    }
+    if let Some(write) = &changes.pod_spec {
+        // A new revision only when the spec changed.
+        let current = tx.pod_spec_state(app, write)?;
+        if !current.same {
+            let revision = current.revision.map_or(1, |r| r + 1);
+            tx.put_pod_spec(app, revision, write)?;
+            receipt.pod_spec_revision = Some(revision);
+        }
+    }
+    let elected_term = match (changes.elected_term, fence) {
+        (Some(term), _) => ElectedTerm::Set(term),
+        // It ran as a follower: leader-elected is owed should it lead again.
+        (None, None) => ElectedTerm::Clear,
+        (None, Some(_)) => ElectedTerm::Keep,
+    };
+    tx.update_unit(
+        unit,
+        UnitUpdate {
+            status: changes.unit_status.as_ref(),
+            workload_version: changes.workload_version.as_deref(),
+            stored: &changes.stored,
+            elected_term,
+        },
+    )?;
+
+    // The applications whose units the changes reach: the other side of each bag that
+    // changed, and this one when the leader settings did.
+    let changed = |id: &RelationId| {
+        receipt.unit_bags_changed.contains(id) || receipt.app_bags_changed.contains(id)
+    };
+    let reached = relations
+        .iter()
+        .filter(|r| changed(&r.id))
+        .filter_map(|r| r.remote(app))
+        .map(|e| e.app.as_str())
+        .chain(receipt.leader_data_changed.then_some(app));
+    let units = units_by_app(tx, reached)?;
+    let hooks = follow_ups(unit, &receipt, &relations, |a| {
+        units.get(a).cloned().unwrap_or_default()
+    });
+    let queued = enqueue(tx, hooks)?;
+    Ok(Committed { receipt, queued })
+}

@@ -1,0 +1,56 @@
+//! Why a model operation or a commit was refused.
+
+use crate::commit::Fence;
+
+/// Why a model operation failed. Nothing of it was applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// No such application, unit or relation.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// It exists already.
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    /// The store could not be reached or did not answer. Retry.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The store's data cannot be read: the file is not a database, or is damaged. Nothing
+    /// was written to it.
+    #[error("store corrupt: {0}")]
+    Corrupt(String),
+    /// The store was written by a newer host, or for another model, or by another program.
+    /// Nothing was written to it.
+    #[error("store incompatible: {0}")]
+    Incompatible(String),
+}
+
+/// A [`StoreError::NotFound`] naming what is missing, such as `unit discourse/3`.
+pub fn not_found(what: impl Into<String>) -> StoreError {
+    StoreError::NotFound(what.into())
+}
+
+/// Why a commit was not applied. Nothing of it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommitError {
+    /// The fence no longer holds: the lease has another holder or term, or has expired.
+    #[error("leadership fence failed for {}: term {} of {} is no longer current", fence.app, fence.term, fence.holder)]
+    Fenced {
+        /// The fence that failed.
+        fence: Fence,
+    },
+    /// Leader-only writes without a fence.
+    #[error("leader-only writes need a leadership fence")]
+    Unfenced,
+    /// The hook is no longer queued: its commit was applied already (by a host that crashed
+    /// before it could tell), so this one applies nothing.
+    #[error("hook {seq} of {unit} is not queued: already committed")]
+    NotQueued {
+        /// The unit.
+        unit: String,
+        /// The hook's sequence number.
+        seq: u64,
+    },
+    /// The model changed under the hook (its unit or a relation was removed).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

@@ -1,0 +1,30 @@
+//! The Juju model's rules, with no I/O, shared by every store of `charm-host` and by the
+//! SDK's testing harness.
+//!
+//! - [`records`]: the vocabulary (applications, units, relations, bags, hooks, a hook's
+//!   buffered [`Changes`], what a hook sees: [`UnitSnapshot`]).
+//! - [`access`]: what a hook may read and write; [`podspec`]: what a pod spec may be.
+//! - [`snapshot`], [`commit`], [`operations`], [`status`]: each model operation, written
+//!   once against [`ModelTx`], the records a store reads and writes in one atomic step.
+//! - [`routing`]: which hooks each change fires.
+//!
+//! A new rule goes here; a store only keeps records and makes a step atomic.
+
+#![deny(missing_docs)]
+
+pub mod access;
+pub mod commit;
+pub mod error;
+pub mod operations;
+pub mod podspec;
+pub mod records;
+pub mod routing;
+pub mod snapshot;
+pub mod status;
+pub mod tx;
+
+pub use commit::{CommitReceipt, Committed, Fence, HookCommit};
+pub use error::{CommitError, StoreError};
+pub use records::*;
+pub use status::{AppStatusRow, ModelStatus, UnitStatusRow};
+pub use tx::ModelTx;

@@ -1,0 +1,529 @@
+//! The model's vocabulary: applications, units, relations, statuses, charm metadata, the
+//! buffered writes of one hook, and what a hook sees of the model.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+/// A data bag: a relation's unit or application settings, leader data, stored state.
+pub type Bag = BTreeMap<String, String>;
+
+/// A bag as a snapshot holds it: shared with the store that read it (the memory store hands
+/// out its own, so taking a snapshot copies no bag), never written through.
+pub type SharedBag = Arc<Bag>;
+
+/// An application's effective config, shared as [`SharedBag`] is.
+pub type SharedConfig = Arc<BTreeMap<String, ConfigValue>>;
+
+/// A relation's id, unique in the model.
+pub type RelationId = u32;
+
+/// The application part of a unit name: `discourse` for `discourse/0`.
+pub fn app_of(unit: &str) -> &str {
+    unit.split_once('/').map_or(unit, |(app, _)| app)
+}
+
+/// The kind of a workload status, as in Juju.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum StatusKind {
+    /// Nothing reported yet.
+    #[default]
+    Unknown,
+    /// Ready.
+    Active,
+    /// Busy with work the operator need not act on.
+    Maintenance,
+    /// Waiting for something outside the operator's hands.
+    Waiting,
+    /// Needs the operator.
+    Blocked,
+    /// A hook failed.
+    Error,
+}
+
+impl StatusKind {
+    /// Juju's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusKind::Unknown => "unknown",
+            StatusKind::Active => "active",
+            StatusKind::Maintenance => "maintenance",
+            StatusKind::Waiting => "waiting",
+            StatusKind::Blocked => "blocked",
+            StatusKind::Error => "error",
+        }
+    }
+}
+
+/// A workload status and its message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Status {
+    /// Its kind.
+    pub kind: StatusKind,
+    /// Its message.
+    pub message: String,
+}
+
+impl Status {
+    /// A status of this kind with this message.
+    pub fn new(kind: StatusKind, message: impl Into<String>) -> Self {
+        Status {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// The role of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RelationRole {
+    /// Provides the interface.
+    Provides,
+    /// Requires the interface.
+    Requires,
+    /// Peers of one application.
+    Peers,
+}
+
+/// An endpoint a charm declares.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointMeta {
+    /// Its name.
+    pub name: String,
+    /// Its role.
+    pub role: RelationRole,
+    /// The interface spoken on it.
+    pub interface: String,
+    /// The most relations it accepts.
+    pub limit: Option<u32>,
+}
+
+/// The declared type of a config option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptionType {
+    /// Text.
+    String,
+    /// 64-bit integer.
+    Int,
+    /// 64-bit float.
+    Float,
+    /// True or false.
+    Boolean,
+}
+
+impl OptionType {
+    /// Juju's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OptionType::String => "string",
+            OptionType::Int => "int",
+            OptionType::Float => "float",
+            OptionType::Boolean => "boolean",
+        }
+    }
+}
+
+/// A config value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ConfigValue {
+    /// A boolean.
+    Boolean(bool),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// Text.
+    String(String),
+}
+
+impl ConfigValue {
+    /// The value's type.
+    pub fn kind(&self) -> OptionType {
+        match self {
+            ConfigValue::Boolean(_) => OptionType::Boolean,
+            ConfigValue::Int(_) => OptionType::Int,
+            ConfigValue::Float(_) => OptionType::Float,
+            ConfigValue::String(_) => OptionType::String,
+        }
+    }
+
+    /// The value converted to `kind` where Juju would accept it (an int for a float option);
+    /// `None` when it is of another type.
+    pub fn coerce(self, kind: OptionType) -> Option<ConfigValue> {
+        match (self, kind) {
+            (v, k) if v.kind() == k => Some(v),
+            (ConfigValue::Int(i), OptionType::Float) => Some(ConfigValue::Float(i as f64)),
+            _ => None,
+        }
+    }
+}
+
+/// A config option a charm declares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigOptionMeta {
+    /// Its name.
+    pub name: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub kind: OptionType,
+    /// Its default.
+    pub default: Option<ConfigValue>,
+    /// What it does.
+    pub description: String,
+}
+
+/// An action a charm declares.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionMeta {
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+}
+
+/// What a charm declares, as read from its component.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CharmMetadata {
+    /// The charm's name.
+    pub name: String,
+    /// One line saying what it runs.
+    pub summary: String,
+    /// Its endpoints.
+    pub relations: Vec<EndpointMeta>,
+    /// Its config options.
+    pub config: Vec<ConfigOptionMeta>,
+    /// Its actions.
+    pub actions: Vec<ActionMeta>,
+}
+
+impl CharmMetadata {
+    /// The endpoint with this name.
+    pub fn endpoint(&self, name: &str) -> Option<&EndpointMeta> {
+        self.relations.iter().find(|e| e.name == name)
+    }
+
+    /// The config option with this name.
+    pub fn option(&self, name: &str) -> Option<&ConfigOptionMeta> {
+        self.config.iter().find(|o| o.name == name)
+    }
+}
+
+/// One side of a relation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelationEndpoint {
+    /// The application.
+    pub app: String,
+    /// Its endpoint's name.
+    pub endpoint: String,
+}
+
+/// A relation between two endpoints, or a peer relation of one application.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelationRecord {
+    /// Its id.
+    pub id: RelationId,
+    /// Its interface.
+    pub interface: String,
+    /// Its sides: two, or one for a peer relation.
+    pub endpoints: Vec<RelationEndpoint>,
+}
+
+impl RelationRecord {
+    /// This application's side.
+    pub fn local(&self, app: &str) -> Option<&RelationEndpoint> {
+        self.endpoints.iter().find(|e| e.app == app)
+    }
+
+    /// The other side as seen from `app` (`app` itself for a peer relation).
+    pub fn remote(&self, app: &str) -> Option<&RelationEndpoint> {
+        match self.endpoints.as_slice() {
+            [only] if only.app == app => Some(only),
+            [a, b] if a.app == app => Some(b),
+            [a, b] if b.app == app => Some(a),
+            _ => None,
+        }
+    }
+}
+
+/// An application as deployed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApplicationRecord {
+    /// Its name.
+    pub name: String,
+    /// Where its charm came from.
+    pub charm: String,
+    /// The charm's metadata.
+    pub metadata: CharmMetadata,
+    /// The operator's config settings (defaults are not copied here).
+    pub config: BTreeMap<String, ConfigValue>,
+}
+
+impl ApplicationRecord {
+    /// The config a hook sees: the charm's declared defaults, under the operator's settings.
+    pub fn effective_config(&self) -> BTreeMap<String, ConfigValue> {
+        let mut config: BTreeMap<String, ConfigValue> = self
+            .metadata
+            .config
+            .iter()
+            .filter_map(|o| Some((o.name.clone(), o.default.clone()?)))
+            .collect();
+        config.extend(self.config.iter().map(|(k, v)| (k.clone(), v.clone())));
+        config
+    }
+}
+
+/// A stored pod spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PodSpecRecord {
+    /// Starts at 1; grows only when the spec changes.
+    pub revision: u64,
+    /// The spec, normalised to JSON.
+    pub spec: serde_json::Value,
+    /// The Kubernetes resources, normalised to JSON.
+    pub k8s_resources: Option<serde_json::Value>,
+}
+
+/// A validated pod spec write.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PodSpecWrite {
+    /// The spec, normalised to JSON.
+    pub spec: serde_json::Value,
+    /// The Kubernetes resources, normalised to JSON.
+    pub k8s_resources: Option<serde_json::Value>,
+}
+
+/// Writes to one bag: `None` removes the key.
+pub type BagWrites = BTreeMap<String, Option<String>>;
+
+/// Everything one hook wrote, buffered until it ends and committed together (or not at all).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Changes {
+    /// Writes to this unit's bag, by relation.
+    pub unit_bags: BTreeMap<RelationId, BagWrites>,
+    /// Writes to this application's bag, by relation. Leader only.
+    pub app_bags: BTreeMap<RelationId, BagWrites>,
+    /// Writes to the leader settings. Leader only.
+    pub leader_data: BagWrites,
+    /// A new pod spec. Leader only. Shared with the validation that accepted it, which a
+    /// charm setting the same spec every hook gets back without copying.
+    pub pod_spec: Option<Arc<PodSpecWrite>>,
+    /// A new unit status.
+    pub unit_status: Option<Status>,
+    /// A new application status. Leader only.
+    pub app_status: Option<Status>,
+    /// A new workload version.
+    pub workload_version: Option<String>,
+    /// Writes to the unit's stored state.
+    pub stored: BagWrites,
+    /// Set by the host on a leader-elected hook: the term it was elected for, recorded so a
+    /// restarted host does not run leader-elected twice for one term. A commit without a
+    /// fence (a hook run as a follower) clears the record: should the unit lead again,
+    /// even in that term, leader-elected is owed.
+    pub elected_term: Option<u64>,
+    /// What an action hook reported for its operator. Not kept by the stores: it goes back
+    /// with the hook's run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<ActionOutput>,
+}
+
+/// What an action reported: its results, whether it failed, and its progress messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionOutput {
+    /// The results, by key.
+    pub results: BTreeMap<String, String>,
+    /// The failure message, if the action failed.
+    pub failure: Option<String>,
+    /// The progress messages, in order.
+    pub log: Vec<String>,
+}
+
+impl Changes {
+    /// Whether any write needs the leadership fence.
+    pub fn needs_fence(&self) -> bool {
+        !self.app_bags.is_empty()
+            || !self.leader_data.is_empty()
+            || self.pod_spec.is_some()
+            || self.app_status.is_some()
+    }
+
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        *self == Changes::default()
+    }
+}
+
+/// Applies `writes` to `bag`; whether anything changed.
+pub fn apply_writes(bag: &mut Bag, writes: &BagWrites) -> bool {
+    let mut changed = false;
+    for (k, v) in writes {
+        changed |= match v {
+            Some(v) => bag.insert(k.clone(), v.clone()).as_ref() != Some(v),
+            None => bag.remove(k).is_some(),
+        };
+    }
+    changed
+}
+
+/// A relation as one unit sees it in a hook.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RelationView {
+    /// The relation's id.
+    pub id: RelationId,
+    /// The local endpoint's name.
+    pub endpoint: String,
+    /// The other application (this one for peers).
+    pub remote_app: String,
+    /// The other side's units in the relation, sorted (for peers: the other units).
+    pub remote_units: Vec<String>,
+    /// Unit bags of this unit and the remote units.
+    pub unit_bags: BTreeMap<String, SharedBag>,
+    /// Application bags of both sides.
+    pub app_bags: BTreeMap<String, SharedBag>,
+}
+
+/// Everything a hook may read, taken when it starts.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UnitSnapshot {
+    /// The model's name.
+    pub model: String,
+    /// The unit.
+    pub unit: String,
+    /// Its application.
+    pub app: String,
+    /// The application's effective config: settings over declared defaults.
+    pub config: SharedConfig,
+    /// The relations the unit is in, by id.
+    pub relations: BTreeMap<RelationId, RelationView>,
+    /// The leader settings.
+    pub leader_data: SharedBag,
+    /// The unit's workload status.
+    pub unit_status: Status,
+    /// The application's status.
+    pub app_status: Status,
+    /// The unit's stored state.
+    pub stored: SharedBag,
+    /// The last term for which the unit ran leader-elected, unless it has run a hook as a
+    /// follower since (host bookkeeping; hooks do not see it).
+    pub elected_term: Option<u64>,
+}
+
+/// The relation a relation hook is about, as the receiving unit sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelationHook {
+    /// The relation's id.
+    pub id: RelationId,
+    /// The receiving unit's endpoint.
+    pub endpoint: String,
+    /// The application on the other side.
+    pub remote_app: String,
+    /// The remote unit it is about; `None` for a change of the remote application's bag.
+    pub remote_unit: Option<String>,
+}
+
+/// A hook to run on a unit: Juju's hook set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "hook")]
+pub enum Hook {
+    /// The unit was deployed.
+    Install,
+    /// The workload may start.
+    Start,
+    /// The config changed (and once after install).
+    ConfigChanged,
+    /// The charm was upgraded.
+    UpgradeCharm,
+    /// Periodic status refresh.
+    UpdateStatus,
+    /// The unit is stopping.
+    Stop,
+    /// The unit is being removed.
+    Remove,
+    /// The unit became leader.
+    LeaderElected,
+    /// The leader changed the leader settings.
+    LeaderSettingsChanged,
+    /// A relation was created.
+    RelationCreated(RelationHook),
+    /// A remote unit joined.
+    RelationJoined(RelationHook),
+    /// Remote data changed.
+    RelationChanged(RelationHook),
+    /// A remote unit left.
+    RelationDeparted(RelationHook),
+    /// The relation is going away.
+    RelationBroken(RelationHook),
+    /// An action.
+    Action {
+        /// The action's id.
+        id: String,
+        /// Its name.
+        name: String,
+        /// Its parameters, a JSON object.
+        params: String,
+    },
+}
+
+impl Hook {
+    /// Juju's name for the hook, such as `db-relation-changed`.
+    pub fn name(&self) -> String {
+        let rel = |r: &RelationHook, what: &str| format!("{}-relation-{what}", r.endpoint);
+        match self {
+            Hook::Install => "install".into(),
+            Hook::Start => "start".into(),
+            Hook::ConfigChanged => "config-changed".into(),
+            Hook::UpgradeCharm => "upgrade-charm".into(),
+            Hook::UpdateStatus => "update-status".into(),
+            Hook::Stop => "stop".into(),
+            Hook::Remove => "remove".into(),
+            Hook::LeaderElected => "leader-elected".into(),
+            Hook::LeaderSettingsChanged => "leader-settings-changed".into(),
+            Hook::RelationCreated(r) => rel(r, "created"),
+            Hook::RelationJoined(r) => rel(r, "joined"),
+            Hook::RelationChanged(r) => rel(r, "changed"),
+            Hook::RelationDeparted(r) => rel(r, "departed"),
+            Hook::RelationBroken(r) => rel(r, "broken"),
+            Hook::Action { name, .. } => format!("{name}-action"),
+        }
+    }
+}
+
+/// A unit's own record: what its hooks set of it, and the host's bookkeeping.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UnitRecord {
+    /// Its workload status, as its charm set it.
+    pub status: Status,
+    /// Its workload version.
+    pub workload_version: String,
+    /// The error of its failing hook, if one is failing.
+    pub hook_error: Option<String>,
+    /// Its stored state.
+    pub stored: SharedBag,
+    /// The last term for which it ran leader-elected ([`UnitSnapshot::elected_term`]).
+    pub elected_term: Option<u64>,
+}
+
+/// Who holds an application's unexpired lease, as a store reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHolder {
+    /// The holding unit.
+    pub holder: String,
+    /// The lease's term.
+    pub term: u64,
+}
+
+/// A hook waiting in a unit's queue. Queues are in the store, so a host that crashes loses
+/// none: a restarted host runs every hook still queued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedHook {
+    /// The unit that will run it.
+    pub unit: String,
+    /// Its place in the model's queues: increasing, never reused.
+    pub seq: u64,
+    /// The hook.
+    pub hook: Hook,
+}
