@@ -48,14 +48,18 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-use super::routing::{coalesces, deploy_hooks, follow_ups, relation_hooks};
+use charm_model::error::not_found;
+use charm_model::tx::{AppView, ElectedTerm, ModelTx, PodSpecState, UnitUpdate};
+use charm_model::{commit, operations, snapshot, status};
+
 use super::{
-    AppStatusRow, BoxFuture, Claim, CommitError, CommitReceipt, Committed, Fence, Lease,
-    LeaseError, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, UnitStatusRow,
+    BoxFuture, Claim, CommitError, Committed, HookCommit, Lease, LeaseError, LeaseStore,
+    ModelStatus, QueuedHook, StateStore, StoreError,
 };
 use crate::model::{
-    ApplicationRecord, Bag, Changes, Hook, PodSpecRecord, RelationEndpoint, RelationId,
-    RelationRecord, RelationView, Status, StatusKind, UnitSnapshot, app_of, apply_writes,
+    ApplicationRecord, Bag, BagWrites, Hook, LeaseHolder, PodSpecRecord, PodSpecWrite,
+    RelationEndpoint, RelationId, RelationRecord, SharedBag, Status, UnitRecord, UnitSnapshot,
+    app_of, apply_writes,
 };
 
 /// What the `meta` key says about the data under a prefix.
@@ -130,15 +134,6 @@ struct AppDoc {
     units: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-struct UnitDoc {
-    status: Status,
-    workload_version: String,
-    hook_error: Option<String>,
-    stored: Bag,
-    elected_term: Option<u64>,
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct QueueEntry {
     seq: u64,
@@ -158,6 +153,7 @@ struct MetaDoc {
 }
 
 /// One read of a transaction: a key, or every key under a prefix.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Read {
     Key(String),
     Prefix(String),
@@ -221,10 +217,6 @@ fn lease_unavailable(e: impl std::fmt::Display) -> LeaseError {
     LeaseError::Unavailable(format!("etcd: {e}"))
 }
 
-fn not_found(what: impl Into<String>) -> StoreError {
-    StoreError::NotFound(what.into())
-}
-
 fn decode<T: DeserializeOwned>(kv: &KeyValue) -> Result<T, StoreError> {
     serde_json::from_slice(kv.value()).map_err(|e| {
         StoreError::Corrupt(format!(
@@ -232,6 +224,10 @@ fn decode<T: DeserializeOwned>(kv: &KeyValue) -> Result<T, StoreError> {
             String::from_utf8_lossy(kv.key())
         ))
     })
+}
+
+fn decode_value<T: DeserializeOwned>(key: &str, value: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(value).map_err(|e| StoreError::Corrupt(format!("etcd key {key}: {e}")))
 }
 
 fn encode<T: Serialize>(value: &T) -> Vec<u8> {
@@ -257,32 +253,6 @@ fn none_newer(prefix: &str, revision: i64) -> Compare {
 fn seq_at(revision: i64, index: usize) -> u64 {
     assert!(index < 1 << SEQ_INDEX_BITS, "too many hooks in one change");
     ((revision as u64 + 1) << SEQ_INDEX_BITS) | index as u64
-}
-
-/// Queues `hooks` onto `queues` (each unit's queue as read), coalescing; returns what was
-/// queued. Seqs come from `revision`.
-fn enqueue_into(
-    queues: &mut BTreeMap<String, Vec<QueueEntry>>,
-    hooks: Vec<(String, Hook)>,
-    revision: i64,
-) -> Vec<QueuedHook> {
-    let mut queued = Vec::new();
-    for (unit, hook) in hooks {
-        let Some(queue) = queues.get_mut(&unit) else {
-            continue;
-        };
-        let current: Vec<&Hook> = queue.iter().map(|e| &e.hook).collect();
-        if coalesces(&current, &hook) {
-            continue;
-        }
-        let seq = seq_at(revision, queued.len());
-        queue.push(QueueEntry {
-            seq,
-            hook: hook.clone(),
-        });
-        queued.push(QueuedHook { unit, seq, hook });
-    }
-    queued
 }
 
 impl EtcdStore {
@@ -480,40 +450,6 @@ impl EtcdStore {
 
     fn queue_of(kv: Option<&KeyValue>) -> Result<Vec<QueueEntry>, StoreError> {
         kv.map_or(Ok(Vec::new()), decode)
-    }
-
-    /// Reads the queues of `units` at `revision`; with the compares that hold while they
-    /// are unchanged.
-    async fn read_queues(
-        &self,
-        units: &BTreeSet<String>,
-        revision: i64,
-        compares: &mut Vec<Compare>,
-    ) -> Result<BTreeMap<String, Vec<QueueEntry>>, StoreError> {
-        if units.is_empty() {
-            return Ok(BTreeMap::new());
-        }
-        let reads: Vec<Read> = units.iter().map(|u| Read::Key(self.queue_key(u))).collect();
-        let seen = self.read(&reads, Some(revision)).await?;
-        let mut queues = BTreeMap::new();
-        for (i, unit) in units.iter().enumerate() {
-            compares.push(unchanged(&self.queue_key(unit), seen.one(i)));
-            queues.insert(unit.clone(), Self::queue_of(seen.one(i))?);
-        }
-        Ok(queues)
-    }
-
-    fn put_queues(
-        &self,
-        before: &BTreeMap<String, Vec<QueueEntry>>,
-        after: &BTreeMap<String, Vec<QueueEntry>>,
-        ops: &mut Vec<TxnOp>,
-    ) {
-        for (unit, queue) in after {
-            if before.get(unit) != Some(queue) {
-                ops.push(TxnOp::put(self.queue_key(unit), encode(queue), None));
-            }
-        }
     }
 
     /// The wake-up for `unit`'s agent.
@@ -831,24 +767,11 @@ impl StateStore for EtcdStore {
         app: ApplicationRecord,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let key = self.app_key(&app.name);
-            let name = app.name.clone();
-            let doc = AppDoc {
-                record: app,
-                next_unit: 0,
-                units: Vec::new(),
-            };
-            let created = self
-                .write(
-                    vec![Compare::create_revision(key.as_str(), CompareOp::Equal, 0)],
-                    vec![TxnOp::put(key.as_str(), encode(&doc), None)],
-                )
-                .await?;
-            if created {
-                Ok(())
-            } else {
-                Err(StoreError::AlreadyExists(format!("application {name}")))
-            }
+            let prefetch = vec![Read::Key(self.app_key(&app.name))];
+            self.step("adding an application", prefetch, |tx| {
+                operations::add_application(tx, app.clone())
+            })
+            .await
         })
     }
 
@@ -877,38 +800,11 @@ impl StateStore for EtcdStore {
 
     fn add_unit<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
         Box::pin(async move {
-            for _ in 0..MAX_ATTEMPTS {
-                let app_key = self.app_key(app);
-                let seen = self.read(&[Read::Key(app_key.clone())], None).await?;
-                let kv = seen
-                    .one(0)
-                    .ok_or_else(|| not_found(format!("application {app}")))?;
-                let mut doc: AppDoc = decode(kv)?;
-                let name = format!("{app}/{}", doc.next_unit);
-                doc.next_unit += 1;
-                doc.units.push(name.clone());
-                let mut queues = BTreeMap::from([(name.clone(), Vec::new())]);
-                let hooks = deploy_hooks()
-                    .into_iter()
-                    .map(|h| (name.clone(), h))
-                    .collect();
-                enqueue_into(&mut queues, hooks, seen.revision);
-                let unit_key = self.unit_key(&name);
-                let queue_key = self.queue_key(&name);
-                let compares = vec![
-                    unchanged(&app_key, Some(kv)),
-                    Compare::create_revision(unit_key.as_str(), CompareOp::Equal, 0),
-                ];
-                let ops = vec![
-                    TxnOp::put(app_key.as_str(), encode(&doc), None),
-                    TxnOp::put(unit_key.as_str(), encode(&UnitDoc::default()), None),
-                    TxnOp::put(queue_key.as_str(), encode(&queues[&name]), None),
-                ];
-                if self.write(compares, ops).await? {
-                    return Ok(name);
-                }
-            }
-            Err(Self::contended(&format!("adding a unit to {app}")))
+            let prefetch = vec![Read::Key(self.app_key(app))];
+            self.step(&format!("adding a unit to {app}"), prefetch, |tx| {
+                operations::add_unit(tx, app)
+            })
+            .await
         })
     }
 
@@ -928,64 +824,15 @@ impl StateStore for EtcdStore {
         endpoints: Vec<RelationEndpoint>,
     ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
         Box::pin(async move {
-            let apps_prefix = self.key("apps/");
-            let relations_prefix = self.key("relations/");
-            let counter = self.key("next-relation");
-            for _ in 0..MAX_ATTEMPTS {
-                let seen = self
-                    .read(
-                        &[
-                            Read::Prefix(apps_prefix.clone()),
-                            Read::Prefix(relations_prefix.clone()),
-                            Read::Key(counter.clone()),
-                        ],
-                        None,
-                    )
-                    .await?;
-                let apps = Self::apps_of(seen.all(0))?;
-                for e in &endpoints {
-                    if !apps.contains_key(&e.app) {
-                        return Err(not_found(format!("application {}", e.app)));
-                    }
-                }
-                let existing = Self::relations_of(seen.all(1))?;
-                // The same endpoints in either order are the same relation.
-                if let Some(same) = existing.iter().find(|r| {
-                    r.endpoints.len() == endpoints.len()
-                        && r.endpoints.iter().all(|e| endpoints.contains(e))
-                }) {
-                    return Err(StoreError::AlreadyExists(format!("relation {}", same.id)));
-                }
-                let last: RelationId = seen.one(2).map(decode).transpose()?.unwrap_or(0);
-                let record = RelationRecord {
-                    id: last + 1,
-                    interface: interface.to_string(),
-                    endpoints: endpoints.clone(),
-                };
-                let units_of =
-                    |app: &str| apps.get(app).map(|a| a.units.clone()).unwrap_or_default();
-                let hooks = relation_hooks(&record, units_of);
-                let mut compares = vec![
-                    none_newer(&apps_prefix, seen.revision),
-                    none_newer(&relations_prefix, seen.revision),
-                    unchanged(&counter, seen.one(2)),
-                ];
-                let targets = hooks.iter().map(|(u, _)| u.clone()).collect();
-                let before = self
-                    .read_queues(&targets, seen.revision, &mut compares)
-                    .await?;
-                let mut after = before.clone();
-                let queued = enqueue_into(&mut after, hooks, seen.revision);
-                let mut ops = vec![
-                    TxnOp::put(self.relation_key(record.id), encode(&record), None),
-                    TxnOp::put(counter.as_str(), encode(&record.id), None),
-                ];
-                self.put_queues(&before, &after, &mut ops);
-                if self.write(compares, ops).await? {
-                    return Ok((record, queued));
-                }
-            }
-            Err(Self::contended("adding a relation"))
+            let prefetch = vec![
+                Read::Prefix(self.key("apps/")),
+                Read::Prefix(self.key("relations/")),
+                Read::Key(self.key("next-relation")),
+            ];
+            self.step("adding a relation", prefetch, |tx| {
+                operations::add_relation(tx, interface, endpoints.clone())
+            })
+            .await
         })
     }
 
@@ -994,29 +841,15 @@ impl StateStore for EtcdStore {
         hooks: Vec<(String, Hook)>,
     ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
         Box::pin(async move {
-            let units: BTreeSet<String> = hooks.iter().map(|(u, _)| u.clone()).collect();
-            for _ in 0..MAX_ATTEMPTS {
-                let reads: Vec<Read> = units.iter().map(|u| Read::Key(self.unit_key(u))).collect();
-                let seen = self.read(&reads, None).await?;
-                let mut compares = Vec::new();
-                for (i, unit) in units.iter().enumerate() {
-                    let kv = seen
-                        .one(i)
-                        .ok_or_else(|| not_found(format!("unit {unit}")))?;
-                    compares.push(unchanged(&self.unit_key(unit), Some(kv)));
-                }
-                let before = self
-                    .read_queues(&units, seen.revision, &mut compares)
-                    .await?;
-                let mut after = before.clone();
-                let queued = enqueue_into(&mut after, hooks.clone(), seen.revision);
-                let mut ops = Vec::new();
-                self.put_queues(&before, &after, &mut ops);
-                if ops.is_empty() || self.write(compares, ops).await? {
-                    return Ok(queued);
-                }
-            }
-            Err(Self::contended("queueing hooks"))
+            let units: BTreeSet<&str> = hooks.iter().map(|(u, _)| u.as_str()).collect();
+            let prefetch = units
+                .iter()
+                .flat_map(|u| [Read::Key(self.unit_key(u)), Read::Key(self.queue_key(u))])
+                .collect();
+            self.step("queueing hooks", prefetch, |tx| {
+                operations::enqueue(tx, hooks.clone())
+            })
+            .await
         })
     }
 
@@ -1056,117 +889,50 @@ impl StateStore for EtcdStore {
 
     fn snapshot<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitSnapshot, StoreError>> {
         Box::pin(async move {
-            let app_name = app_of(unit);
-            let seen = self
-                .read(
-                    &[
-                        Read::Key(self.unit_key(unit)),
-                        Read::Prefix(self.key("apps/")),
-                        Read::Prefix(self.key("relations/")),
-                        Read::Key(self.leader_data_key(app_name)),
-                        Read::Key(self.app_status_key(app_name)),
-                    ],
-                    None,
-                )
-                .await?;
-            let u: UnitDoc = decode(
-                seen.one(0)
-                    .ok_or_else(|| not_found(format!("unit {unit}")))?,
-            )?;
-            let apps = Self::apps_of(seen.all(1))?;
-            let app = apps
-                .get(app_name)
-                .ok_or_else(|| not_found(format!("application {app_name}")))?;
-            let relations: Vec<RelationRecord> = Self::relations_of(seen.all(2))?
-                .into_iter()
-                .filter(|r| r.local(app_name).is_some() && r.remote(app_name).is_some())
-                .collect();
-            let bag_reads: Vec<Read> = relations
-                .iter()
-                .map(|r| Read::Prefix(self.bags_prefix(r.id)))
-                .collect();
-            let bags = if bag_reads.is_empty() {
-                None
-            } else {
-                Some(self.read(&bag_reads, Some(seen.revision)).await?)
-            };
-            let config = app.record.effective_config();
-            let mut views = BTreeMap::new();
-            for (i, rel) in relations.iter().enumerate() {
-                let local = rel.local(app_name).expect("filtered above");
-                let remote = rel.remote(app_name).expect("filtered above");
-                let mut stored: BTreeMap<String, Bag> = BTreeMap::new();
-                for kv in bags.as_ref().map_or(&[][..], |b| b.all(i)) {
-                    let key = String::from_utf8_lossy(kv.key()).into_owned();
-                    stored.insert(key, decode(kv)?);
-                }
-                let remote_units: Vec<String> = apps
-                    .get(&remote.app)
-                    .map(|a| {
-                        a.units
-                            .iter()
-                            .filter(|u| u.as_str() != unit)
-                            .cloned()
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let mut unit_bags = BTreeMap::new();
-                for name in remote_units.iter().map(String::as_str).chain([unit]) {
-                    let bag = stored
-                        .get(&self.unit_bag_key(rel.id, name))
-                        .cloned()
-                        .unwrap_or_default();
-                    unit_bags.insert(name.to_string(), Arc::new(bag));
-                }
-                let mut app_bags = BTreeMap::new();
-                for name in [app_name, remote.app.as_str()] {
-                    let bag = stored
-                        .get(&self.app_bag_key(rel.id, name))
-                        .cloned()
-                        .unwrap_or_default();
-                    app_bags.insert(name.to_string(), Arc::new(bag));
-                }
-                views.insert(
-                    rel.id,
-                    RelationView {
-                        id: rel.id,
-                        endpoint: local.endpoint.clone(),
-                        remote_app: remote.app.clone(),
-                        remote_units,
-                        unit_bags,
-                        app_bags,
-                    },
-                );
-            }
-            Ok(UnitSnapshot {
-                model: self.model.clone(),
-                unit: unit.to_string(),
-                app: app_name.to_string(),
-                config: Arc::new(config),
-                relations: views,
-                leader_data: Arc::new(seen.one(3).map(decode).transpose()?.unwrap_or_default()),
-                unit_status: u.status,
-                app_status: seen.one(4).map(decode).transpose()?.unwrap_or_default(),
-                stored: Arc::new(u.stored),
-                elected_term: u.elected_term,
+            let app = app_of(unit);
+            let prefetch = vec![
+                Read::Key(self.unit_key(unit)),
+                Read::Prefix(self.key("apps/")),
+                Read::Prefix(self.key("relations/")),
+                Read::Key(self.leader_data_key(app)),
+                Read::Key(self.app_status_key(app)),
+            ];
+            self.step(&format!("snapshot of {unit}"), prefetch, |tx| {
+                snapshot::snapshot(tx, &self.model, unit)
             })
+            .await
         })
     }
 
-    fn commit<'a>(
+    fn commit_hook<'a>(
         &'a self,
-        unit: &'a str,
-        hook: Option<u64>,
-        changes: &'a Changes,
-        fence: Option<&'a Fence>,
+        request: HookCommit<'a>,
     ) -> BoxFuture<'a, Result<Committed, CommitError>> {
         Box::pin(async move {
-            for _ in 0..MAX_ATTEMPTS {
-                if let Some(done) = self.try_commit(unit, hook, changes, fence).await? {
-                    return Ok(done);
-                }
-            }
-            Err(Self::contended(&format!("commit of {unit}")).into())
+            let unit = request.unit;
+            let app = app_of(unit);
+            let changes = request.changes;
+            let mut prefetch = vec![
+                Read::Key(self.unit_key(unit)),
+                Read::Key(self.queue_key(unit)),
+                Read::Prefix(self.key("apps/")),
+                Read::Prefix(self.key("relations/")),
+                Read::Key(self.leader_data_key(app)),
+                Read::Key(self.pod_spec_key(app)),
+                Read::Key(self.lease_key(app)),
+            ];
+            prefetch.extend(
+                (changes
+                    .unit_bags
+                    .keys()
+                    .map(|id| self.unit_bag_key(*id, unit)))
+                .chain(changes.app_bags.keys().map(|id| self.app_bag_key(*id, app)))
+                .map(Read::Key),
+            );
+            self.step(&format!("commit of {unit}"), prefetch, |tx| {
+                commit::commit(tx, request)
+            })
+            .await
         })
     }
 
@@ -1176,26 +942,11 @@ impl StateStore for EtcdStore {
         error: Option<String>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let key = self.unit_key(unit);
-            for _ in 0..MAX_ATTEMPTS {
-                let seen = self.read(&[Read::Key(key.clone())], None).await?;
-                let kv = seen
-                    .one(0)
-                    .ok_or_else(|| not_found(format!("unit {unit}")))?;
-                let mut doc: UnitDoc = decode(kv)?;
-                if doc.hook_error == error {
-                    return Ok(());
-                }
-                doc.hook_error = error.clone();
-                let put = TxnOp::put(key.as_str(), encode(&doc), None);
-                if self
-                    .write(vec![unchanged(&key, Some(kv))], vec![put])
-                    .await?
-                {
-                    return Ok(());
-                }
-            }
-            Err(Self::contended(&format!("error status of {unit}")))
+            let prefetch = vec![Read::Key(self.unit_key(unit))];
+            self.step(&format!("error status of {unit}"), prefetch, |tx| {
+                operations::set_hook_error(tx, unit, error.as_deref())
+            })
+            .await
         })
     }
 
@@ -1222,64 +973,17 @@ impl StateStore for EtcdStore {
 
     fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>> {
         Box::pin(async move {
-            let seen = self
-                .read(
-                    &[
-                        Read::Prefix(self.key("apps/")),
-                        Read::Prefix(self.key("units/")),
-                        Read::Prefix(self.key("app-status/")),
-                        Read::Prefix(self.key("pod-specs/")),
-                        Read::Prefix(self.key("leases/")),
-                    ],
-                    None,
-                )
-                .await?;
-            let by_key = |i: usize| -> BTreeMap<String, &KeyValue> {
-                seen.all(i)
-                    .iter()
-                    .map(|kv| (String::from_utf8_lossy(kv.key()).into_owned(), kv))
-                    .collect()
-            };
-            let (units, statuses, pods, leases) = (by_key(1), by_key(2), by_key(3), by_key(4));
-            let mut status = ModelStatus::default();
-            for (name, app) in Self::apps_of(seen.all(0))? {
-                let lease = match leases.get(&self.lease_key(&name)) {
-                    Some(kv) => Some((decode::<LeaseDoc>(kv)?.holder, kv.create_revision() as u64)),
-                    None => None,
-                };
-                status.applications.push(AppStatusRow {
-                    name: name.clone(),
-                    charm: app.record.charm.clone(),
-                    status: statuses
-                        .get(&self.app_status_key(&name))
-                        .map(|kv| decode(kv))
-                        .transpose()?
-                        .unwrap_or_default(),
-                    leader: lease.as_ref().map(|l| l.0.clone()),
-                    term: lease.as_ref().map(|l| l.1),
-                    pod_spec_revision: pods
-                        .get(&self.pod_spec_key(&name))
-                        .map(|kv| decode::<PodSpecRecord>(kv).map(|p| p.revision))
-                        .transpose()?,
-                });
-                for unit in &app.units {
-                    let u: UnitDoc = units
-                        .get(&self.unit_key(unit))
-                        .map(|kv| decode(kv))
-                        .transpose()?
-                        .unwrap_or_default();
-                    status.units.push(UnitStatusRow {
-                        name: unit.clone(),
-                        leader: lease.as_ref().is_some_and(|l| &l.0 == unit),
-                        status: match u.hook_error {
-                            Some(e) => Status::new(StatusKind::Error, e),
-                            None => u.status,
-                        },
-                        workload_version: u.workload_version,
-                    });
-                }
-            }
-            Ok(status)
+            let prefetch = [
+                "apps/",
+                "units/",
+                "app-status/",
+                "leader-data/",
+                "pod-specs/",
+                "leases/",
+            ]
+            .map(|p| Read::Prefix(self.key(p)))
+            .to_vec();
+            self.step("status", prefetch, |tx| status::status(tx)).await
         })
     }
 
@@ -1291,195 +995,505 @@ impl StateStore for EtcdStore {
     }
 }
 
-impl EtcdStore {
-    /// One attempt at a commit: `None` if another host changed what it read in the meantime.
-    async fn try_commit(
-        &self,
-        unit: &str,
-        hook: Option<u64>,
-        changes: &Changes,
-        fence: Option<&Fence>,
-    ) -> Result<Option<Committed>, CommitError> {
-        let app = app_of(unit);
-        let unit_key = self.unit_key(unit);
-        let queue_key = self.queue_key(unit);
-        let apps_prefix = self.key("apps/");
-        let relations_prefix = self.key("relations/");
-        let leader_key = self.leader_data_key(app);
-        let pod_key = self.pod_spec_key(app);
-        let lease_key = self.lease_key(app);
-        let seen = self
-            .read(
-                &[
-                    Read::Key(unit_key.clone()),
-                    Read::Key(queue_key.clone()),
-                    Read::Prefix(apps_prefix.clone()),
-                    Read::Prefix(relations_prefix.clone()),
-                    Read::Key(leader_key.clone()),
-                    Read::Key(pod_key.clone()),
-                    Read::Key(lease_key.clone()),
-                ],
-                None,
-            )
-            .await?;
-        // Validate everything first: the transaction below either applies all or nothing.
-        let unit_kv = seen
-            .one(0)
-            .ok_or_else(|| not_found(format!("unit {unit}")))?;
-        let mut compares = vec![
-            unchanged(&unit_key, Some(unit_kv)),
-            unchanged(&queue_key, seen.one(1)),
-            none_newer(&apps_prefix, seen.revision),
-            none_newer(&relations_prefix, seen.revision),
-        ];
-        match fence {
-            Some(f) => {
-                let lease = seen.one(6);
-                let holds = f.app == app
-                    && f.holder == unit
-                    && lease.is_some_and(|kv| {
-                        kv.create_revision() as u64 == f.term
-                            && decode::<LeaseDoc>(kv).is_ok_and(|d| d.holder == f.holder)
-                    });
-                if !holds {
-                    return Err(CommitError::Fenced { fence: f.clone() });
-                }
-                // The leadership key is recreated with a new create revision by every new
-                // leadership, and deleted when the lease lapses: this is the fence.
-                compares.push(Compare::create_revision(
-                    lease_key.as_str(),
-                    CompareOp::Equal,
-                    f.term as i64,
-                ));
-            }
-            None if changes.needs_fence() => return Err(CommitError::Unfenced),
-            None => {}
-        }
-        let relations = Self::relations_of(seen.all(3))?;
-        for id in changes.unit_bags.keys().chain(changes.app_bags.keys()) {
-            let visible = relations
-                .iter()
-                .any(|r| r.id == *id && r.local(app).is_some());
-            if !visible {
-                return Err(not_found(format!("relation {id}")).into());
-            }
-        }
-        let mut own_queue = Self::queue_of(seen.one(1))?;
-        if let Some(seq) = hook {
-            let before = own_queue.len();
-            own_queue.retain(|e| e.seq != seq);
-            if own_queue.len() == before {
-                return Err(CommitError::NotQueued {
-                    unit: unit.to_string(),
-                    seq,
-                });
-            }
-        }
-        let apps = Self::apps_of(seen.all(2))?;
+/// One optimistic step on etcd, as the model's operations read and write it. Every read is
+/// of one revision; a read the step has not fetched yet is noted as missing (and answered
+/// as absent meanwhile), and the operation runs again once it is fetched. Writes are
+/// buffered, and applied in one `Txn` only while every key and prefix the operation used
+/// is unchanged since that revision.
+struct EtcdTx<'s> {
+    store: &'s EtcdStore,
+    revision: i64,
+    /// Every key fetched, with its value (absent keys under a fetched prefix are not here).
+    fetched: BTreeMap<String, Option<KeyValue>>,
+    /// The prefixes fetched whole.
+    prefixes: BTreeSet<String>,
+    /// Reads the operation asked for that were not fetched.
+    missing: Vec<Read>,
+    /// The keys and prefixes the operation used: the compares of its `Txn`.
+    used_keys: BTreeSet<String>,
+    used_prefixes: BTreeSet<String>,
+    /// Keys the operation creates: they must still be absent.
+    created: BTreeSet<String>,
+    /// The fence's lease key and term, if the operation checked a lease.
+    lease_terms: BTreeMap<String, i64>,
+    /// Buffered writes, by key.
+    writes: BTreeMap<String, Vec<u8>>,
+    /// Hooks queued so far in this run of the operation.
+    queued: usize,
+}
 
-        // The bags the hook writes.
-        let bag_keys: Vec<(RelationId, bool, String)> = changes
-            .unit_bags
-            .keys()
-            .map(|id| (*id, false, self.unit_bag_key(*id, unit)))
-            .chain(
-                changes
-                    .app_bags
-                    .keys()
-                    .map(|id| (*id, true, self.app_bag_key(*id, app))),
-            )
-            .collect();
-        let mut ops = Vec::new();
-        let mut receipt = CommitReceipt::default();
-        if !bag_keys.is_empty() {
-            let reads: Vec<Read> = bag_keys
-                .iter()
-                .map(|(_, _, k)| Read::Key(k.clone()))
-                .collect();
-            let bags = self.read(&reads, Some(seen.revision)).await?;
-            for (i, (id, is_app, key)) in bag_keys.iter().enumerate() {
-                compares.push(unchanged(key, bags.one(i)));
-                let mut bag: Bag = bags.one(i).map(decode).transpose()?.unwrap_or_default();
-                let writes = if *is_app {
-                    &changes.app_bags[id]
-                } else {
-                    &changes.unit_bags[id]
-                };
-                if apply_writes(&mut bag, writes) {
-                    ops.push(TxnOp::put(key.as_str(), encode(&bag), None));
-                    if *is_app {
-                        receipt.app_bags_changed.push(*id);
-                    } else {
-                        receipt.unit_bags_changed.push(*id);
+impl<'s> EtcdTx<'s> {
+    fn new(store: &'s EtcdStore, revision: i64) -> Self {
+        EtcdTx {
+            store,
+            revision,
+            fetched: BTreeMap::new(),
+            prefixes: BTreeSet::new(),
+            missing: Vec::new(),
+            used_keys: BTreeSet::new(),
+            used_prefixes: BTreeSet::new(),
+            created: BTreeSet::new(),
+            lease_terms: BTreeMap::new(),
+            writes: BTreeMap::new(),
+            queued: 0,
+        }
+    }
+
+    /// Takes in what a read of `reads` saw.
+    fn absorb(&mut self, reads: &[Read], seen: Seen) {
+        for (read, kvs) in reads.iter().zip(seen.results) {
+            match read {
+                Read::Key(k) => {
+                    self.fetched.insert(k.clone(), kvs.into_iter().next());
+                }
+                Read::Prefix(p) => {
+                    for kv in kvs {
+                        let key = String::from_utf8_lossy(kv.key()).into_owned();
+                        self.fetched.insert(key, Some(kv));
                     }
+                    self.prefixes.insert(p.clone());
                 }
             }
         }
-        if !changes.leader_data.is_empty() {
-            compares.push(unchanged(&leader_key, seen.one(4)));
-            let mut data: Bag = seen.one(4).map(decode).transpose()?.unwrap_or_default();
-            if apply_writes(&mut data, &changes.leader_data) {
-                receipt.leader_data_changed = true;
-                ops.push(TxnOp::put(leader_key.as_str(), encode(&data), None));
-            }
-        }
-        if let Some(status) = &changes.app_status {
-            ops.push(TxnOp::put(self.app_status_key(app), encode(status), None));
-        }
-        if let Some(write) = &changes.pod_spec {
-            compares.push(unchanged(&pod_key, seen.one(5)));
-            let current: Option<PodSpecRecord> = seen.one(5).map(decode).transpose()?;
-            let unchanged_spec = current
-                .as_ref()
-                .is_some_and(|p| p.spec == write.spec && p.k8s_resources == write.k8s_resources);
-            if !unchanged_spec {
-                let revision = current.as_ref().map_or(1, |p| p.revision + 1);
-                let record = PodSpecRecord {
-                    revision,
-                    spec: write.spec.clone(),
-                    k8s_resources: write.k8s_resources.clone(),
-                };
-                ops.push(TxnOp::put(pod_key.as_str(), encode(&record), None));
-                receipt.pod_spec_revision = Some(revision);
-            }
-        }
-        let mut doc: UnitDoc = decode(unit_kv)?;
-        let before_doc = doc.clone();
-        if let Some(status) = &changes.unit_status {
-            doc.status = status.clone();
-        }
-        if let Some(version) = &changes.workload_version {
-            doc.workload_version = version.clone();
-        }
-        apply_writes(&mut doc.stored, &changes.stored);
-        if let Some(term) = changes.elected_term {
-            doc.elected_term = Some(term);
-        } else if fence.is_none() {
-            // It ran as a follower: leader-elected is owed should it lead again.
-            doc.elected_term = None;
-        }
-        if doc != before_doc {
-            ops.push(TxnOp::put(unit_key.as_str(), encode(&doc), None));
-        }
-        if hook.is_some() {
-            ops.push(TxnOp::put(queue_key.as_str(), encode(&own_queue), None));
-        }
+    }
 
-        // The hooks the changes fire on other units, queued in the same transaction.
-        let units_of = |a: &str| apps.get(a).map(|d| d.units.clone()).unwrap_or_default();
-        let hooks = follow_ups(unit, &receipt, &relations, units_of);
-        let targets: BTreeSet<String> = hooks.iter().map(|(u, _)| u.clone()).collect();
-        let before = self
-            .read_queues(&targets, seen.revision, &mut compares)
-            .await?;
-        let mut after = before.clone();
-        let queued = enqueue_into(&mut after, hooks, seen.revision);
-        self.put_queues(&before, &after, &mut ops);
+    /// Forgets what the last run of the operation used and wrote, before it runs again.
+    fn restart(&mut self) {
+        self.used_keys.clear();
+        self.used_prefixes.clear();
+        self.created.clear();
+        self.lease_terms.clear();
+        self.writes.clear();
+        self.queued = 0;
+    }
 
-        if ops.is_empty() || self.write(compares, ops).await? {
-            Ok(Some(Committed { receipt, queued }))
+    fn covering_prefix(&self, key: &str) -> Option<&String> {
+        self.prefixes.iter().find(|p| key.starts_with(p.as_str()))
+    }
+
+    /// The value of `key` as this step sees it: its own write, or what was fetched.
+    fn get(&mut self, key: &str) -> Option<Vec<u8>> {
+        if let Some(v) = self.writes.get(key) {
+            return Some(v.clone());
+        }
+        if let Some(p) = self.covering_prefix(key).cloned() {
+            self.used_prefixes.insert(p);
+        } else if self.fetched.contains_key(key) {
+            self.used_keys.insert(key.to_string());
         } else {
-            Ok(None)
+            self.missing.push(Read::Key(key.to_string()));
+            return None;
         }
+        self.fetched
+            .get(key)
+            .and_then(|kv| kv.as_ref().map(|kv| kv.value().to_vec()))
+    }
+
+    /// The key-values under `prefix`, by key, as this step sees them.
+    fn scan(&mut self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        let Some(p) = self.covering_prefix(prefix).cloned() else {
+            self.missing.push(Read::Prefix(prefix.to_string()));
+            return Vec::new();
+        };
+        self.used_prefixes.insert(p);
+        let mut found: BTreeMap<String, Vec<u8>> = self
+            .fetched
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .filter_map(|(k, kv)| Some((k.clone(), kv.as_ref()?.value().to_vec())))
+            .collect();
+        for (k, v) in self
+            .writes
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+        {
+            found.insert(k.clone(), v.clone());
+        }
+        found.into_iter().collect()
+    }
+
+    fn doc<T: DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>, StoreError> {
+        self.get(key).map(|v| decode_value(key, &v)).transpose()
+    }
+
+    fn put<T: Serialize>(&mut self, key: String, value: &T) {
+        self.writes.insert(key, encode(value));
+    }
+
+    fn create<T: Serialize>(&mut self, key: String, value: &T) {
+        self.created.insert(key.clone());
+        self.put(key, value);
+    }
+
+    fn app_doc(&mut self, app: &str) -> Result<Option<AppDoc>, StoreError> {
+        self.doc(&self.store.app_key(app))
+    }
+
+    fn queue(&mut self, unit: &str) -> Result<Vec<QueueEntry>, StoreError> {
+        Ok(self.doc(&self.store.queue_key(unit))?.unwrap_or_default())
+    }
+
+    /// The bags under one relation's bags prefix of these keys, in order.
+    fn bags(&mut self, id: RelationId, keys: Vec<String>) -> Result<Vec<SharedBag>, StoreError> {
+        let stored: BTreeMap<String, Vec<u8>> =
+            self.scan(&self.store.bags_prefix(id)).into_iter().collect();
+        keys.iter()
+            .map(|k| match stored.get(k) {
+                Some(v) => decode_value::<Bag>(k, v).map(Arc::new),
+                None => Ok(SharedBag::default()),
+            })
+            .collect()
+    }
+
+    /// Applies `writes` to the bag at `key`; whether it changed.
+    fn write_bag(&mut self, key: String, writes: &BagWrites) -> Result<bool, StoreError> {
+        let mut bag: Bag = self.doc(&key)?.unwrap_or_default();
+        let changed = apply_writes(&mut bag, writes);
+        if changed {
+            self.put(key, &bag);
+        }
+        Ok(changed)
+    }
+
+    fn update_unit_doc(
+        &mut self,
+        unit: &str,
+        update: impl FnOnce(&mut UnitRecord),
+    ) -> Result<(), StoreError> {
+        let key = self.store.unit_key(unit);
+        let mut doc: UnitRecord = self
+            .doc(&key)?
+            .ok_or_else(|| not_found(format!("unit {unit}")))?;
+        let before = doc.clone();
+        update(&mut doc);
+        if doc != before {
+            self.put(key, &doc);
+        }
+        Ok(())
+    }
+
+    /// The `Txn`'s compares: every key and prefix used is unchanged, every key created is
+    /// still absent, and every lease checked still has its term.
+    fn compares(&self) -> Vec<Compare> {
+        let mut compares: Vec<Compare> = self
+            .used_keys
+            .iter()
+            .map(|k| unchanged(k, self.fetched.get(k).and_then(Option::as_ref)))
+            .collect();
+        compares.extend(
+            self.used_prefixes
+                .iter()
+                .map(|p| none_newer(p, self.revision)),
+        );
+        compares.extend(
+            self.created
+                .iter()
+                .map(|k| Compare::create_revision(k.as_str(), CompareOp::Equal, 0)),
+        );
+        // The leadership key is recreated with a new create revision by every new
+        // leadership, and deleted when the lease lapses: this is the fence.
+        compares.extend(
+            self.lease_terms
+                .iter()
+                .map(|(k, term)| Compare::create_revision(k.as_str(), CompareOp::Equal, *term)),
+        );
+        compares
+    }
+
+    fn ops(&self) -> Vec<TxnOp> {
+        self.writes
+            .iter()
+            .map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None))
+            .collect()
+    }
+}
+
+impl ModelTx for EtcdTx<'_> {
+    fn app_charms(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+        let apps = self.scan(&self.store.key("apps/"));
+        apps.iter()
+            .map(|(k, v)| {
+                let doc: AppDoc = decode_value(k, v)?;
+                Ok((doc.record.name, doc.record.charm))
+            })
+            .collect()
+    }
+
+    fn app_exists(&mut self, app: &str) -> Result<bool, StoreError> {
+        Ok(self.get(&self.store.app_key(app)).is_some())
+    }
+
+    fn app_view(&mut self, app: &str) -> Result<Option<AppView>, StoreError> {
+        let Some(doc) = self.app_doc(app)? else {
+            return Ok(None);
+        };
+        let leader_data: Bag = self
+            .doc(&self.store.leader_data_key(app))?
+            .unwrap_or_default();
+        Ok(Some(AppView {
+            config: Arc::new(doc.record.effective_config()),
+            leader_data: Arc::new(leader_data),
+            status: self
+                .doc(&self.store.app_status_key(app))?
+                .unwrap_or_default(),
+        }))
+    }
+
+    fn units_of(&mut self, app: &str) -> Result<Vec<String>, StoreError> {
+        Ok(self.app_doc(app)?.map(|d| d.units).unwrap_or_default())
+    }
+
+    fn next_unit_number(&mut self, app: &str) -> Result<Option<u32>, StoreError> {
+        Ok(self.app_doc(app)?.map(|d| d.next_unit))
+    }
+
+    fn unit_exists(&mut self, unit: &str) -> Result<bool, StoreError> {
+        Ok(self.get(&self.store.unit_key(unit)).is_some())
+    }
+
+    fn unit(&mut self, unit: &str) -> Result<Option<UnitRecord>, StoreError> {
+        self.doc(&self.store.unit_key(unit))
+    }
+
+    fn live_lease(&mut self, app: &str) -> Result<Option<LeaseHolder>, StoreError> {
+        let key = self.store.lease_key(app);
+        let Some(value) = self.get(&key) else {
+            return Ok(None);
+        };
+        let holder = decode_value::<LeaseDoc>(&key, &value)?.holder;
+        // etcd deletes the key when its lease lapses: present is unexpired. The term is its
+        // create revision.
+        let term = self
+            .fetched
+            .get(&key)
+            .and_then(Option::as_ref)
+            .map_or(0, KeyValue::create_revision);
+        self.lease_terms.insert(key, term);
+        Ok(Some(LeaseHolder {
+            holder,
+            term: term as u64,
+        }))
+    }
+
+    fn relation(&mut self, id: RelationId) -> Result<Option<Arc<RelationRecord>>, StoreError> {
+        Ok(self.doc(&self.store.relation_key(id))?.map(Arc::new))
+    }
+
+    fn relations_of(&mut self, app: &str) -> Result<Vec<Arc<RelationRecord>>, StoreError> {
+        let all = self.scan(&self.store.key("relations/"));
+        let mut relations = Vec::new();
+        for (k, v) in all {
+            let record: RelationRecord = decode_value(&k, &v)?;
+            if record.local(app).is_some() {
+                relations.push(Arc::new(record));
+            }
+        }
+        relations.sort_by_key(|r| r.id);
+        Ok(relations)
+    }
+
+    fn next_relation_id(&mut self) -> Result<RelationId, StoreError> {
+        let last: RelationId = self.doc(&self.store.key("next-relation"))?.unwrap_or(0);
+        Ok(last + 1)
+    }
+
+    fn unit_bags(&mut self, id: RelationId, units: &[&str]) -> Result<Vec<SharedBag>, StoreError> {
+        let keys = units
+            .iter()
+            .map(|u| self.store.unit_bag_key(id, u))
+            .collect();
+        self.bags(id, keys)
+    }
+
+    fn app_bags(&mut self, id: RelationId, apps: &[&str]) -> Result<Vec<SharedBag>, StoreError> {
+        let keys = apps.iter().map(|a| self.store.app_bag_key(id, a)).collect();
+        self.bags(id, keys)
+    }
+
+    fn pod_spec_revision(&mut self, app: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self
+            .doc::<PodSpecRecord>(&self.store.pod_spec_key(app))?
+            .map(|p| p.revision))
+    }
+
+    fn pod_spec_state(
+        &mut self,
+        app: &str,
+        write: &Arc<PodSpecWrite>,
+    ) -> Result<PodSpecState, StoreError> {
+        let current: Option<PodSpecRecord> = self.doc(&self.store.pod_spec_key(app))?;
+        Ok(PodSpecState {
+            revision: current.as_ref().map(|p| p.revision),
+            same: current
+                .is_some_and(|p| p.spec == write.spec && p.k8s_resources == write.k8s_resources),
+        })
+    }
+
+    fn queued_hooks(&mut self, unit: &str) -> Result<Option<Vec<Hook>>, StoreError> {
+        if !self.unit_exists(unit)? {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.queue(unit)?.into_iter().map(|e| e.hook).collect(),
+        ))
+    }
+
+    fn is_queued(&mut self, unit: &str, seq: u64) -> Result<bool, StoreError> {
+        Ok(self.queue(unit)?.iter().any(|e| e.seq == seq))
+    }
+
+    fn create_application(&mut self, record: ApplicationRecord) -> Result<(), StoreError> {
+        let key = self.store.app_key(&record.name);
+        let doc = AppDoc {
+            record,
+            next_unit: 0,
+            units: Vec::new(),
+        };
+        self.create(key, &doc);
+        Ok(())
+    }
+
+    fn create_unit(&mut self, app: &str, number: u32, name: &str) -> Result<(), StoreError> {
+        let mut doc = self
+            .app_doc(app)?
+            .ok_or_else(|| not_found(format!("application {app}")))?;
+        doc.next_unit = number + 1;
+        doc.units.push(name.to_string());
+        self.put(self.store.app_key(app), &doc);
+        self.create(self.store.unit_key(name), &UnitRecord::default());
+        self.put(self.store.queue_key(name), &Vec::<QueueEntry>::new());
+        Ok(())
+    }
+
+    fn create_relation(&mut self, record: RelationRecord) -> Result<(), StoreError> {
+        let counter = self.store.key("next-relation");
+        // Read, so a concurrent relation's id conflicts with this one.
+        self.get(&counter);
+        self.put(counter, &record.id);
+        self.create(self.store.relation_key(record.id), &record);
+        Ok(())
+    }
+
+    fn write_unit_bag(
+        &mut self,
+        id: RelationId,
+        unit: &str,
+        writes: &BagWrites,
+    ) -> Result<bool, StoreError> {
+        self.write_bag(self.store.unit_bag_key(id, unit), writes)
+    }
+
+    fn write_app_bag(
+        &mut self,
+        id: RelationId,
+        app: &str,
+        writes: &BagWrites,
+    ) -> Result<bool, StoreError> {
+        self.write_bag(self.store.app_bag_key(id, app), writes)
+    }
+
+    fn write_leader_data(&mut self, app: &str, writes: &BagWrites) -> Result<bool, StoreError> {
+        self.write_bag(self.store.leader_data_key(app), writes)
+    }
+
+    fn set_app_status(&mut self, app: &str, status: &Status) -> Result<(), StoreError> {
+        self.put(self.store.app_status_key(app), status);
+        Ok(())
+    }
+
+    fn put_pod_spec(
+        &mut self,
+        app: &str,
+        revision: u64,
+        write: &Arc<PodSpecWrite>,
+    ) -> Result<(), StoreError> {
+        let record = PodSpecRecord {
+            revision,
+            spec: write.spec.clone(),
+            k8s_resources: write.k8s_resources.clone(),
+        };
+        self.put(self.store.pod_spec_key(app), &record);
+        Ok(())
+    }
+
+    fn update_unit(&mut self, unit: &str, update: UnitUpdate<'_>) -> Result<(), StoreError> {
+        self.update_unit_doc(unit, |doc| {
+            if let Some(status) = update.status {
+                doc.status = status.clone();
+            }
+            if let Some(version) = update.workload_version {
+                doc.workload_version = version.to_string();
+            }
+            if !update.stored.is_empty() {
+                apply_writes(Arc::make_mut(&mut doc.stored), update.stored);
+            }
+            match update.elected_term {
+                ElectedTerm::Keep => {}
+                ElectedTerm::Set(term) => doc.elected_term = Some(term),
+                ElectedTerm::Clear => doc.elected_term = None,
+            }
+        })
+    }
+
+    fn set_hook_error(&mut self, unit: &str, error: Option<&str>) -> Result<(), StoreError> {
+        self.update_unit_doc(unit, |doc| doc.hook_error = error.map(str::to_string))
+    }
+
+    fn dequeue(&mut self, unit: &str, seq: u64) -> Result<(), StoreError> {
+        let mut queue = self.queue(unit)?;
+        queue.retain(|e| e.seq != seq);
+        self.put(self.store.queue_key(unit), &queue);
+        Ok(())
+    }
+
+    fn enqueue(&mut self, unit: &str, hook: &Hook) -> Result<u64, StoreError> {
+        let mut queue = self.queue(unit)?;
+        let seq = seq_at(self.revision, self.queued);
+        self.queued += 1;
+        queue.push(QueueEntry {
+            seq,
+            hook: hook.clone(),
+        });
+        self.put(self.store.queue_key(unit), &queue);
+        Ok(seq)
+    }
+}
+
+impl EtcdStore {
+    /// Runs a model operation as one optimistic step: reads `prefetch` (and whatever else
+    /// the operation turns out to need, at the same revision), then applies its writes in
+    /// one `Txn` guarded by what it used; if another host changed any of that meanwhile, the
+    /// operation runs again from fresh reads. An operation that writes nothing is a read of
+    /// one revision.
+    async fn step<T, E: From<StoreError>>(
+        &self,
+        what: &str,
+        prefetch: Vec<Read>,
+        mut op: impl FnMut(&mut EtcdTx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        for _ in 0..MAX_ATTEMPTS {
+            let seen = self.read(&prefetch, None).await?;
+            let mut tx = EtcdTx::new(self, seen.revision);
+            tx.absorb(&prefetch, seen);
+            loop {
+                let out = op(&mut tx);
+                if !tx.missing.is_empty() {
+                    // The run saw absent what it had not fetched: fetch it and run again.
+                    let mut missing = std::mem::take(&mut tx.missing);
+                    missing.sort();
+                    missing.dedup();
+                    let seen = self.read(&missing, Some(tx.revision)).await?;
+                    tx.absorb(&missing, seen);
+                    tx.restart();
+                    continue;
+                }
+                let out = out?;
+                if tx.writes.is_empty() || self.write(tx.compares(), tx.ops()).await? {
+                    return Ok(out);
+                }
+                break;
+            }
+        }
+        Err(Self::contended(what).into())
     }
 }
