@@ -1,3 +1,5 @@
+use charm_model::access;
+
 use crate::bindings::juju::charm::leadership::Host;
 use crate::bindings::types::Error;
 use crate::context::{HookContext, overlay};
@@ -25,12 +27,8 @@ impl Host for HookContext {
     }
 
     fn leader_set(&mut self, key: String, value: Option<String>) -> Result<(), Error> {
-        super::require_leader(self)?;
-        if key.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a leader setting's key must not be empty".into(),
-            ));
-        }
+        let leader = self.is_leader();
+        self.allowed(access::write_leader_data(&key, leader))?;
         self.changes.leader_data.insert(key, value);
         Ok(())
     }

@@ -9,16 +9,31 @@ mod relations;
 mod state;
 mod status;
 
-use crate::bindings::types::Error;
+use charm_model::access::{self, AccessError};
 
-/// A write of a leader-only thing by a hook that did not start as leader.
-fn require_leader(ctx: &mut crate::context::HookContext) -> Result<(), Error> {
-    if ctx.is_leader() {
-        Ok(())
-    } else {
-        ctx.leadership_refusals += 1;
-        Err(Error::NotLeader)
+use crate::bindings::types::Error;
+use crate::context::HookContext;
+
+impl HookContext {
+    /// The verdict of one of the model's access rules ([`charm_model::access`]), as the
+    /// charm sees it; a leadership refusal is counted.
+    fn allowed<T>(&mut self, verdict: Result<T, AccessError>) -> Result<T, Error> {
+        verdict.map_err(|e| match e {
+            AccessError::NotLeader => {
+                self.leadership_refusals += 1;
+                Error::NotLeader
+            }
+            AccessError::RelationNotFound(id) => Error::RelationNotFound(id),
+            AccessError::PermissionDenied(why) => Error::PermissionDenied(why),
+            AccessError::InvalidArgument(why) => Error::InvalidArgument(why),
+        })
     }
+}
+
+/// A leader-only call from a hook that did not start as leader.
+fn require_leader(ctx: &mut HookContext) -> Result<(), Error> {
+    let leader = ctx.is_leader();
+    ctx.allowed(access::require_leader(leader))
 }
 
 impl crate::bindings::types::Host for crate::context::HookContext {}

@@ -1,13 +1,25 @@
+use charm_model::access::{self, Side};
+
 use crate::bindings::juju::charm::relations::{Host, Relation};
 use crate::bindings::types::Error;
 use crate::context::{HookContext, overlay};
-use crate::model::RelationView;
+use crate::model::{Bag, BagWrites, RelationView};
 
 fn relation(ctx: &HookContext, id: u32) -> Result<&RelationView, Error> {
     ctx.snapshot
         .relations
         .get(&id)
         .ok_or(Error::RelationNotFound(id))
+}
+
+/// A bag as the hook reads it: its own side with its writes over it.
+fn read(side: Side, stored: Option<&Bag>, writes: Option<&BagWrites>) -> Vec<(String, String)> {
+    match side {
+        Side::Local => overlay(stored, writes).into_iter().collect(),
+        Side::Remote => stored
+            .map(|b| b.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default(),
+    }
 }
 
 impl Host for HookContext {
@@ -32,49 +44,18 @@ impl Host for HookContext {
 
     fn unit_data(&mut self, id: u32, unit: String) -> Result<Vec<(String, String)>, Error> {
         let r = relation(self, id)?;
-        if unit == self.unit() {
-            let bag = overlay(
-                r.unit_bags.get(&unit).map(|b| &**b),
-                self.changes.unit_bags.get(&id),
-            );
-            return Ok(bag.into_iter().collect());
-        }
-        if !r.remote_units.contains(&unit) {
-            return Err(Error::PermissionDenied(format!(
-                "unit {unit} is not in relation {id}"
-            )));
-        }
-        Ok(r.unit_bags
-            .get(&unit)
-            .map(|b| b.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_default())
+        let verdict = access::read_unit_bag(id, self.unit(), &unit, r.remote_units.contains(&unit));
+        let side = self.allowed(verdict)?;
+        let stored = relation(self, id)?.unit_bags.get(&unit).map(|b| &**b);
+        Ok(read(side, stored, self.changes.unit_bags.get(&id)))
     }
 
     fn app_data(&mut self, id: u32, app: String) -> Result<Vec<(String, String)>, Error> {
         let r = relation(self, id)?;
-        let peer = r.remote_app == self.app();
-        if app == self.app() {
-            // As in Juju: only the leader reads its own application's bag, except on peers.
-            if !peer && !self.is_leader() {
-                return Err(Error::PermissionDenied(format!(
-                    "only the leader of {app} may read its application bag in relation {id}"
-                )));
-            }
-            let bag = overlay(
-                r.app_bags.get(&app).map(|b| &**b),
-                self.changes.app_bags.get(&id),
-            );
-            return Ok(bag.into_iter().collect());
-        }
-        if app != r.remote_app {
-            return Err(Error::PermissionDenied(format!(
-                "application {app} is not in relation {id}"
-            )));
-        }
-        Ok(r.app_bags
-            .get(&app)
-            .map(|b| b.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_default())
+        let verdict = access::read_app_bag(id, self.app(), &app, &r.remote_app, self.is_leader());
+        let side = self.allowed(verdict)?;
+        let stored = relation(self, id)?.app_bags.get(&app).map(|b| &**b);
+        Ok(read(side, stored, self.changes.app_bags.get(&id)))
     }
 
     fn set_unit_data(
@@ -85,22 +66,10 @@ impl Host for HookContext {
         value: Option<String>,
     ) -> Result<(), Error> {
         relation(self, id)?;
-        if unit != self.unit() {
-            return Err(Error::PermissionDenied(format!(
-                "{} may write only its own unit bag, not {unit}'s",
-                self.unit()
-            )));
-        }
-        if key.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a relation setting's key must not be empty".into(),
-            ));
-        }
-        self.changes
-            .unit_bags
-            .entry(id)
-            .or_default()
-            .insert(key, value);
+        let verdict = access::write_unit_bag(self.unit(), &unit, &key);
+        self.allowed(verdict)?;
+        let writes = self.changes.unit_bags.entry(id).or_default();
+        writes.insert(key, value);
         Ok(())
     }
 
@@ -112,23 +81,10 @@ impl Host for HookContext {
         value: Option<String>,
     ) -> Result<(), Error> {
         relation(self, id)?;
-        if app != self.app() {
-            return Err(Error::PermissionDenied(format!(
-                "{} may write only its own application's bag, not {app}'s",
-                self.unit()
-            )));
-        }
-        super::require_leader(self)?;
-        if key.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a relation setting's key must not be empty".into(),
-            ));
-        }
-        self.changes
-            .app_bags
-            .entry(id)
-            .or_default()
-            .insert(key, value);
+        let verdict = access::write_app_bag(self.unit(), &app, &key, self.is_leader());
+        self.allowed(verdict)?;
+        let writes = self.changes.app_bags.entry(id).or_default();
+        writes.insert(key, value);
         Ok(())
     }
 }

@@ -1,3 +1,5 @@
+use charm_model::access;
+
 use crate::bindings::juju::charm::status::Host;
 use crate::bindings::types::{Error, Status as WitStatus, StatusKind as WitKind};
 use crate::context::HookContext;
@@ -18,24 +20,28 @@ fn to_wit(status: &Status) -> WitStatus {
     }
 }
 
-fn from_wit(status: WitStatus) -> Result<Status, Error> {
+fn from_wit(status: WitStatus) -> Status {
     let kind = match status.kind {
         WitKind::Unknown => StatusKind::Unknown,
         WitKind::Active => StatusKind::Active,
         WitKind::Maintenance => StatusKind::Maintenance,
         WitKind::Waiting => StatusKind::Waiting,
         WitKind::Blocked => StatusKind::Blocked,
-        // As in Juju, error is the host's to set, when a hook fails.
-        WitKind::Error => {
-            return Err(Error::InvalidArgument(
-                "a charm cannot set an error status".into(),
-            ));
-        }
+        WitKind::Error => StatusKind::Error,
     };
-    Ok(Status {
+    Status {
         kind,
         message: status.message,
-    })
+    }
+}
+
+impl HookContext {
+    /// A status the charm sets, as the model allows it.
+    fn settable(&mut self, status: WitStatus) -> Result<Status, Error> {
+        let status = from_wit(status);
+        self.allowed(access::set_status(status.kind))?;
+        Ok(status)
+    }
 }
 
 impl Host for HookContext {
@@ -49,7 +55,7 @@ impl Host for HookContext {
     }
 
     fn set_unit_status(&mut self, status: WitStatus) -> Result<(), Error> {
-        self.changes.unit_status = Some(from_wit(status)?);
+        self.changes.unit_status = Some(self.settable(status)?);
         Ok(())
     }
 
@@ -65,7 +71,7 @@ impl Host for HookContext {
 
     fn set_app_status(&mut self, status: WitStatus) -> Result<(), Error> {
         super::require_leader(self)?;
-        self.changes.app_status = Some(from_wit(status)?);
+        self.changes.app_status = Some(self.settable(status)?);
         Ok(())
     }
 
