@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use charm_host::bundle::{Bundle, BundleError, LoadOptions, Problem};
 use charm_host::model::ConfigValue;
-use charm_host::store::{StateStore, Store};
+use charm_host::store::Store;
 use charm_tests::{controller, fast_config, guests, runtime, settle};
 
 fn corpus(name: &str) -> PathBuf {

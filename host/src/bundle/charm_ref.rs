@@ -37,6 +37,11 @@ pub fn is_valid_name(name: &str) -> bool {
         && parts.all(|p| p.bytes().any(|b| b.is_ascii_lowercase()))
 }
 
+/// `path` under `base`, without the `.` parts of `./x.wasm`.
+pub(crate) fn joined(base: &Path, path: &Path) -> PathBuf {
+    base.join(path).components().collect()
+}
+
 impl CharmRef {
     /// Reads a `charm:` value. A path starts with `.` or `/` or ends with `.wasm`; anything
     /// else is a name.
@@ -88,7 +93,7 @@ impl CharmRef {
     pub fn resolve(&self, base: &Path, dirs: &[PathBuf]) -> Option<PathBuf> {
         match self {
             CharmRef::Path(path) => {
-                let path = base.join(path);
+                let path = joined(base, path);
                 path.is_file().then_some(path)
             }
             CharmRef::Name { name, .. } => dirs

@@ -350,7 +350,7 @@ impl Checker<'_> {
             let message = match &charm_ref {
                 CharmRef::Path(p) => format!(
                     "application {name}: charm file {} does not exist",
-                    base.join(p).display()
+                    charm_ref::joined(&base, p).display()
                 ),
                 CharmRef::Name { name: charm, .. } => format!(
                     "application {name}: charm {text:?} not found: no {charm}.wasm in {} (give charm directories with --charm-dir or {CHARM_DIR_ENV})",
