@@ -590,12 +590,14 @@ fn check(args: &BundleArgs, format: Format) -> Result<()> {
         }
     }
     outln!();
+    let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
     outln!(
-        "{}: {} applications, {units} units, {} relations; {} keys not applied",
+        "{}: {}, {}, {}; {} not applied",
         bundle.path.display(),
-        bundle.applications.len(),
-        bundle.relations.len(),
-        bundle.warnings.len()
+        count(bundle.applications.len(), "application"),
+        count(units as usize, "unit"),
+        count(bundle.relations.len(), "relation"),
+        count(bundle.warnings.len(), "key"),
     );
     Ok(())
 }

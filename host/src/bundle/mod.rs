@@ -251,9 +251,12 @@ impl Warnings {
             return;
         };
         match self.0.iter_mut().find(|(k, ..)| k == key) {
-            Some((_, users, ..)) => {
+            Some((_, users, first, _)) => {
                 if !users.contains(&used_by) {
                     users.push(used_by);
+                }
+                if (loc.doc, loc.line) < (first.doc, first.line) {
+                    *first = loc;
                 }
             }
             None => self.0.push((key.to_string(), vec![used_by], loc, reason)),
@@ -696,7 +699,10 @@ fn check(checker: &mut Checker<'_>, spec: Spec, path: &Path, options: &LoadOptio
             Err(reason) => checker.issue(loc, reason),
         }
     }
-    let warnings = std::mem::take(&mut checker.warnings.0)
+    let mut warnings = std::mem::take(&mut checker.warnings.0);
+    // In the order of the files, as the operator reads them.
+    warnings.sort_by_key(|(_, _, loc, _)| (loc.doc, loc.line.unwrap_or(0)));
+    let warnings = warnings
         .into_iter()
         .map(|(key, used_by, loc, reason)| Warning {
             key,
