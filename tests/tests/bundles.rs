@@ -12,7 +12,9 @@ use charm_host::store::Store;
 use charm_tests::{controller, fast_config, guests, runtime, settle};
 
 fn corpus(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("bundles").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("bundles")
+        .join(name)
 }
 
 /// A charm directory holding the guests under the names the corpus uses.
@@ -279,7 +281,11 @@ fn overlays_override_options_and_units_add_and_remove_applications() {
         bundle.applications[1].options["port"],
         ConfigValue::Int(6000)
     );
-    assert_eq!(bundle.relations.len(), 1, "the probe's relation went with it");
+    assert_eq!(
+        bundle.relations.len(),
+        1,
+        "the probe's relation went with it"
+    );
 }
 
 #[test]
@@ -308,9 +314,13 @@ fn a_problem_in_an_overlay_names_the_overlay_and_its_line() {
 #[test]
 fn every_problem_of_a_broken_bundle_is_reported_at_once_with_its_line() {
     let dir = charm_dir();
-    let err = Bundle::load_with(&corpus("broken.yaml"), &options(dir.path(), &[]), &runtime())
-        .err()
-        .expect("refused");
+    let err = Bundle::load_with(
+        &corpus("broken.yaml"),
+        &options(dir.path(), &[]),
+        &runtime(),
+    )
+    .err()
+    .expect("refused");
     let BundleError::Invalid { problems, .. } = err else {
         panic!("{err}");
     };
@@ -319,10 +329,16 @@ fn every_problem_of_a_broken_bundle_is_reported_at_once_with_its_line() {
         .map(|p: &Problem| (p.line, p.message.as_str()))
         .collect();
     let expected: &[(usize, &str)] = &[
-        (3, "unknown key `descripton` at the top level; did you mean `description`?"),
+        (
+            3,
+            "unknown key `descripton` at the top level; did you mean `description`?",
+        ),
         (6, "charm \"forum-k8s\" not found: no forum-k8s.wasm in"),
         (7, "did you mean `num_units`?"),
-        (9, "charm \"cs:~me/pgsql-k8s\" not found: no pgsql-k8s.wasm in"),
+        (
+            9,
+            "charm \"cs:~me/pgsql-k8s\" not found: no pgsql-k8s.wasm in",
+        ),
         (11, "`trust` must be true or false"),
         (13, "missing.wasm does not exist"),
         (17, "has no option \"prot\"; did you mean \"port\"?"),

@@ -31,9 +31,11 @@ pub fn is_valid_name(name: &str) -> bool {
         .next()
         .is_some_and(|p| p.starts_with(|c: char| c.is_ascii_lowercase()));
     first_ok
-        && name
-            .split('-')
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
+        && name.split('-').all(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        })
         && parts.all(|p| p.bytes().any(|b| b.is_ascii_lowercase()))
 }
 
@@ -121,12 +123,18 @@ mod tests {
     fn reads_names_in_every_spelling() {
         let cases = [
             ("postgresql-k8s", name("postgresql-k8s", None, None, None)),
-            ("ch:postgresql-k8s", name("postgresql-k8s", None, None, None)),
+            (
+                "ch:postgresql-k8s",
+                name("postgresql-k8s", None, None, None),
+            ),
             (
                 "cs:~charmers/postgresql-k8s-12",
                 name("postgresql-k8s", Some("charmers"), None, Some(12)),
             ),
-            ("cs:bionic/mysql-58", name("mysql", None, Some("bionic"), Some(58))),
+            (
+                "cs:bionic/mysql-58",
+                name("mysql", None, Some("bionic"), Some(58)),
+            ),
             (
                 "ch:amd64/focal/wordpress",
                 name("wordpress", None, Some("amd64/focal"), None),
@@ -168,7 +176,12 @@ mod tests {
             kv.resolve(Path::new("."), &dirs),
             Some(b.path().join("kv.wasm"))
         );
-        assert_eq!(CharmRef::parse("nope").unwrap().resolve(Path::new("."), &dirs), None);
+        assert_eq!(
+            CharmRef::parse("nope")
+                .unwrap()
+                .resolve(Path::new("."), &dirs),
+            None
+        );
         let path = CharmRef::parse("other.wasm").unwrap();
         assert_eq!(
             path.resolve(a.path(), &[]),

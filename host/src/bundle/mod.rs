@@ -197,9 +197,7 @@ fn not_applied(key: &str) -> Option<&'static str> {
         "constraints" => "this host sets no resource constraints on units",
         "storage" => "this host provisions no storage",
         "devices" => "this host attaches no devices",
-        "resources" => {
-            "this host fetches no charm resources; a charm's pod spec names its images"
-        }
+        "resources" => "this host fetches no charm resources; a charm's pod spec names its images",
         "trust" => "this host gives charms no cloud credentials",
         "expose" | "exposed-endpoints" => "this host manages no ingress or firewall",
         "offers" | "saas" => "this host runs one model, so there are no cross-model relations",
@@ -371,10 +369,12 @@ impl Checker<'_> {
         } = &charm_ref
         {
             if revision.is_some() {
-                self.warnings.add("revision", format!("application {name}"), loc);
+                self.warnings
+                    .add("revision", format!("application {name}"), loc);
             }
             if series.is_some() {
-                self.warnings.add("series", format!("application {name}"), loc);
+                self.warnings
+                    .add("series", format!("application {name}"), loc);
             }
         }
         let loaded = self
@@ -400,7 +400,12 @@ impl Checker<'_> {
     }
 
     /// The operator's settings of application `name`, typed by its charm's declarations.
-    fn options(&mut self, name: &str, app: &Section, charm: &Charm) -> BTreeMap<String, ConfigValue> {
+    fn options(
+        &mut self,
+        name: &str,
+        app: &Section,
+        charm: &Charm,
+    ) -> BTreeMap<String, ConfigValue> {
         let mut out = BTreeMap::new();
         let Some(field) = app.get("options") else {
             return out;
@@ -414,7 +419,10 @@ impl Checker<'_> {
         for (option, value) in options {
             let option = match option.as_str() {
                 Some(o) => o.to_string(),
-                None => serde_yaml::to_string(option).unwrap_or_default().trim().to_string(),
+                None => serde_yaml::to_string(option)
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string(),
             };
             let loc = Loc {
                 doc: field.loc.doc,
@@ -440,7 +448,10 @@ impl Checker<'_> {
                 });
                 continue;
             };
-            let value = match value.as_str().and_then(|s| s.strip_prefix("include-file://")) {
+            let value = match value
+                .as_str()
+                .and_then(|s| s.strip_prefix("include-file://"))
+            {
                 Some(file) => {
                     let file = self.base_dir(field.loc.doc).join(file);
                     match std::fs::read_to_string(&file) {
@@ -595,9 +606,7 @@ fn check(checker: &mut Checker<'_>, spec: Spec, path: &Path, options: &LoadOptio
         // A Kubernetes bundle's `series: kubernetes` asks for what this host does.
         let kubernetes = text_of(key).as_deref() == Some("kubernetes");
         if asks_for_something(&field.value) && !(key == "series" && kubernetes) {
-            checker
-                .warnings
-                .add(key, "the bundle".into(), field.loc);
+            checker.warnings.add(key, "the bundle".into(), field.loc);
         }
     }
     for (name, machine) in &spec.machines {
@@ -606,14 +615,13 @@ fn check(checker: &mut Checker<'_>, spec: Spec, path: &Path, options: &LoadOptio
             .add("machines", format!("machine {name}"), machine.loc);
     }
     for (name, saas) in &spec.saas {
-        checker.warnings.add("saas", format!("saas {name}"), saas.loc);
+        checker
+            .warnings
+            .add("saas", format!("saas {name}"), saas.loc);
     }
     if spec.applications.is_empty() && checker.issues.is_empty() {
         checker.issue(
-            Loc {
-                doc: 0,
-                line: None,
-            },
+            Loc { doc: 0, line: None },
             "the bundle has no applications".into(),
         );
     }
@@ -669,10 +677,7 @@ fn check(checker: &mut Checker<'_>, spec: Spec, path: &Path, options: &LoadOptio
         let [a, b] = relation.ends.as_slice() else {
             checker.issue(
                 loc,
-                format!(
-                    "a relation has two endpoints, not {}",
-                    relation.ends.len()
-                ),
+                format!("a relation has two endpoints, not {}", relation.ends.len()),
             );
             continue;
         };
@@ -804,4 +809,3 @@ fn resolve_relation(apps: &[BundleApp], a: &str, b: &str) -> Result<BundleRelati
         )),
     }
 }
-

@@ -46,10 +46,7 @@ impl Shape {
     /// Whether `value` fits; an empty value (`key:` with nothing after it) fits every shape,
     /// as Juju reads it as the zero value.
     fn fits(self, value: &Value) -> bool {
-        let scalar = matches!(
-            value,
-            Value::String(_) | Value::Number(_) | Value::Bool(_)
-        );
+        let scalar = matches!(value, Value::String(_) | Value::Number(_) | Value::Bool(_));
         value.is_null()
             || match self {
                 // Juju reads numbers into text fields (`series: 20.04`, `constraints: ...`).
@@ -588,7 +585,12 @@ pub(crate) fn merge(spec: &mut Spec, doc: Doc, is_base: bool, issues: &mut Vec<I
     });
     for relation in doc.relations {
         // An overlay restating a relation of the base adds nothing.
-        if is_base || !spec.relations.iter().any(|r| same_ends(&r.ends, &relation.ends)) {
+        if is_base
+            || !spec
+                .relations
+                .iter()
+                .any(|r| same_ends(&r.ends, &relation.ends))
+        {
             spec.relations.push(relation);
         }
     }
@@ -670,22 +672,36 @@ relatoins: []
             .collect();
         assert_eq!(found.len(), 5, "{found:#?}");
         assert_eq!(found[0].0, Some(4));
-        assert!(found[0].1.contains("did you mean `num_units`?"), "{found:?}");
+        assert!(
+            found[0].1.contains("did you mean `num_units`?"),
+            "{found:?}"
+        );
         assert_eq!(found[1].0, Some(5));
         assert!(found[1].1.contains("in no version"), "{found:?}");
         assert_eq!(found[2].0, Some(6));
         assert!(found[2].1.contains("belongs at the top level"), "{found:?}");
         assert_eq!(found[3].0, Some(9));
-        assert!(found[3].1.contains("did you mean `constraints`?"), "{found:?}");
+        assert!(
+            found[3].1.contains("did you mean `constraints`?"),
+            "{found:?}"
+        );
         assert_eq!(found[4].0, Some(10));
-        assert!(found[4].1.contains("did you mean `relations`?"), "{found:?}");
+        assert!(
+            found[4].1.contains("did you mean `relations`?"),
+            "{found:?}"
+        );
     }
 
     #[test]
     fn values_of_the_wrong_shape_are_reported() {
-        let (_, issues) = read("applications:\n  pg:\n    charm: x\n    num_units: three\n    trust: maybe\n");
+        let (_, issues) =
+            read("applications:\n  pg:\n    charm: x\n    num_units: three\n    trust: maybe\n");
         assert_eq!(issues.len(), 2, "{issues:?}");
-        assert!(issues[0].message.contains("`num_units` must be a whole number"));
+        assert!(
+            issues[0]
+                .message
+                .contains("`num_units` must be a whole number")
+        );
         assert_eq!(issues[0].loc.line, Some(4));
         assert!(issues[1].message.contains("`trust` must be true or false"));
     }
@@ -706,8 +722,14 @@ relatoins: []
             ["a", "b", "d"]
         );
         let a = &spec.applications["a"];
-        assert_eq!(a.get("num_units").unwrap().value, serde_yaml::to_value(3).unwrap());
-        assert_eq!(a.get("charm").unwrap().value, serde_yaml::to_value("x").unwrap());
+        assert_eq!(
+            a.get("num_units").unwrap().value,
+            serde_yaml::to_value(3).unwrap()
+        );
+        assert_eq!(
+            a.get("charm").unwrap().value,
+            serde_yaml::to_value("x").unwrap()
+        );
         let options: BTreeMap<String, i64> =
             serde_yaml::from_value(a.get("options").unwrap().value.clone()).unwrap();
         assert_eq!(options, BTreeMap::from([("q".to_string(), 5)]));
@@ -719,8 +741,18 @@ relatoins: []
     fn removing_what_the_base_lacks_is_reported() {
         let mut spec = Spec::default();
         let mut issues = Vec::new();
-        merge(&mut spec, read("applications: {a: {charm: x}}\n").0, true, &mut issues);
-        merge(&mut spec, read("applications:\n  nope:\n").0, false, &mut issues);
+        merge(
+            &mut spec,
+            read("applications: {a: {charm: x}}\n").0,
+            true,
+            &mut issues,
+        );
+        merge(
+            &mut spec,
+            read("applications:\n  nope:\n").0,
+            false,
+            &mut issues,
+        );
         assert_eq!(issues.len(), 1);
         assert!(issues[0].message.contains("no such application"));
     }
@@ -734,8 +766,14 @@ relatoins: []
 
     #[test]
     fn suggests_only_close_keys() {
-        assert_eq!(suggest("num-units", ["num_units", "scale"]), Some("num_units"));
-        assert_eq!(suggest("exposed", ["expose", "exposed-endpoints"]), Some("expose"));
+        assert_eq!(
+            suggest("num-units", ["num_units", "scale"]),
+            Some("num_units")
+        );
+        assert_eq!(
+            suggest("exposed", ["expose", "exposed-endpoints"]),
+            Some("expose")
+        );
         assert_eq!(suggest("colour", ["charm", "scale", "options"]), None);
     }
 }
