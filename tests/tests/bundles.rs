@@ -341,9 +341,17 @@ fn every_problem_of_a_broken_bundle_is_reported_at_once_with_its_line() {
         ),
         (11, "`trust` must be true or false"),
         (13, "missing.wasm does not exist"),
-        (17, "has no option \"prot\"; did you mean \"port\"?"),
-        (18, "option \"image\" must be a string"),
-        (20, "no application \"nosuch\""),
+        (
+            14,
+            "`to`: \"0\" names machine 0, which `machines` does not define",
+        ),
+        (
+            14,
+            "`to`: \"nosuch\" names application nosuch, which the bundle does not have",
+        ),
+        (18, "has no option \"prot\"; did you mean \"port\"?"),
+        (19, "option \"image\" must be a string"),
+        (21, "no application \"nosuch\""),
     ];
     assert_eq!(found.len(), expected.len(), "{found:#?}");
     for ((line, message), (want_line, want)) in found.iter().zip(expected) {
@@ -427,4 +435,33 @@ async fn an_exported_model_deploys_into_an_empty_store_as_the_same_model() {
         .unwrap()
         .config;
     assert_eq!(config["port"], ConfigValue::Int(5432));
+}
+
+#[test]
+fn the_check_command_prints_the_plan_and_warnings_or_every_problem_and_exits_1() {
+    let bin = charm_tests::charm_host_binary();
+    let dir = charm_dir();
+    let check = |bundle: &str| {
+        std::process::Command::new(&bin)
+            .args(["check", "--format", "json"])
+            .arg(corpus(bundle))
+            .env("CHARM_HOST_CHARM_DIR", dir.path())
+            .output()
+            .unwrap()
+    };
+    let ok = check("machines.yaml");
+    assert!(ok.status.success(), "{ok:?}");
+    let out: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(out["ok"], true);
+    assert_eq!(out["applications"].as_array().unwrap().len(), 3);
+    assert_eq!(out["relations"][0]["interface"], "pgsql");
+    assert_eq!(out["warnings"].as_array().unwrap().len(), 14);
+
+    let bad = check("broken.yaml");
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+    let out: serde_json::Value = serde_json::from_slice(&bad.stdout).unwrap();
+    assert_eq!(out["ok"], false);
+    let problems = out["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 11);
+    assert_eq!(problems[0]["line"], 3);
 }

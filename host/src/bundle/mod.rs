@@ -650,6 +650,11 @@ fn check(checker: &mut Checker<'_>, spec: Spec, path: &Path, options: &LoadOptio
             checker.issue(app.loc, format!("application {name}: too many units"));
             0
         });
+        if let Some(to) = app.get("to") {
+            for reason in placement_problems(&to.value, &spec) {
+                checker.issue(to.loc, format!("application {name}: `to`: {reason}"));
+            }
+        }
         for (key, field) in &app.fields {
             let kubernetes = key == "series" && field.value.as_str() == Some("kubernetes");
             if asks_for_something(&field.value) && !kubernetes {
@@ -725,6 +730,47 @@ fn check(checker: &mut Checker<'_>, spec: Spec, path: &Path, options: &LoadOptio
         relations,
         warnings,
     }
+}
+
+/// What is wrong with a `to` list: units are not applied to machines here, but a
+/// directive naming a machine or an application the bundle lacks is a mistake all the same.
+fn placement_problems(to: &Value, spec: &Spec) -> Vec<String> {
+    let values: Vec<ConfigValue> = match to {
+        Value::Sequence(items) => items.iter().filter_map(yaml_to_config).collect(),
+        other => yaml_to_config(other).into_iter().collect(),
+    };
+    let directives: Vec<String> = values
+        .into_iter()
+        .map(|v| match v {
+            ConfigValue::String(s) => s,
+            other => serde_json::to_string(&other).unwrap_or_default(),
+        })
+        .collect();
+    let mut problems = Vec::new();
+    for directive in directives {
+        // `lxd:0`, `kvm:new`: a container on a machine.
+        let target = directive
+            .split_once(':')
+            .map_or(directive.as_str(), |(_, t)| t);
+        if target == "new" || target.contains('=') {
+            continue;
+        }
+        if target.bytes().all(|b| b.is_ascii_digit()) {
+            if !spec.machines.contains_key(target) {
+                problems.push(format!(
+                    "{directive:?} names machine {target}, which `machines` does not define"
+                ));
+            }
+            continue;
+        }
+        let app = target.split_once('/').map_or(target, |(app, _)| app);
+        if !spec.applications.contains_key(app) {
+            problems.push(format!(
+                "{directive:?} names application {app}, which the bundle does not have"
+            ));
+        }
+    }
+    problems
 }
 
 /// Resolves `app[:endpoint]` pairs to endpoints with the same interface and paired roles.
