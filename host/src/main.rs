@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
-use charm_host::bundle::{Bundle, BundleError};
+use charm_host::bundle::{Bundle, BundleError, CHARM_DIR_ENV, DEFAULT_CHARM_DIR, LoadOptions};
 use charm_host::charm::{CharmRuntime, RuntimeConfig};
 use charm_host::controller::{Controller, ControllerConfig, ControllerError};
 use charm_host::leadership::LeadershipConfig;
@@ -55,6 +55,32 @@ enum Format {
     Table,
     /// One JSON object.
     Json,
+}
+
+/// The bundle, its overlays and where its charms are.
+#[derive(clap::Args)]
+struct BundleArgs {
+    /// The bundle (Juju bundle YAML). Charm paths are relative to it; charm names are
+    /// looked up in the charm directories.
+    bundle: PathBuf,
+    /// An overlay merged over the bundle, as `juju deploy --overlay` does; repeatable,
+    /// merged in order.
+    #[arg(long = "overlay", value_name = "FILE")]
+    overlays: Vec<PathBuf>,
+    /// A directory of charm modules (`<name>.wasm`), for charms the bundle names by name;
+    /// repeatable, searched in order, then the bundle's own directory.
+    #[arg(long = "charm-dir", value_name = "DIR", env = CHARM_DIR_ENV, value_delimiter = ':', default_value = DEFAULT_CHARM_DIR)]
+    charm_dirs: Vec<PathBuf>,
+}
+
+impl BundleArgs {
+    fn load(&self, runtime: &CharmRuntime) -> Result<Bundle, BundleError> {
+        let options = LoadOptions {
+            charm_dirs: self.charm_dirs.clone(),
+            overlays: self.overlays.clone(),
+        };
+        Bundle::load_with(&self.bundle, &options, runtime)
+    }
 }
 
 #[derive(Subcommand)]
@@ -116,10 +142,28 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+    /// Checks a bundle without deploying it: keys, charms, options, relations. Prints what
+    /// would be deployed and what this host would not apply; exits 1 with every problem
+    /// found otherwise.
+    Check {
+        #[command(flatten)]
+        bundle: BundleArgs,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Writes the model as a bundle (YAML; JSON with `--format json`) that `run` deploys
+    /// into an empty store as the same model.
+    ExportBundle {
+        /// The store: `sqlite:PATH`, `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` or `memory`.
+        #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
+        store: String,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
     /// Deploys a bundle and runs its units' hooks.
     Run {
-        /// The bundle (Juju bundle YAML); charm paths are relative to it.
-        bundle: PathBuf,
+        #[command(flatten)]
+        bundle: BundleArgs,
         /// Stop when no hook is queued or running, and print the status.
         #[arg(long)]
         until_idle: bool,
@@ -180,6 +224,13 @@ fn main() -> Result<()> {
         .init();
     match cli.command {
         Command::Inspect { charm, format } => inspect(&charm, format),
+        Command::Check { bundle, format } => check(&bundle, format),
+        Command::ExportBundle { store, format } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(async {
+                export_bundle(&open_store(&store, false, REQUEST_TIMEOUT).await?, format).await
+            })
+        }
         Command::Status { store, format } => {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async {
@@ -450,6 +501,117 @@ async fn open_etcd(spec: &str, _request_timeout: Duration) -> Result<Arc<dyn Sto
     )
 }
 
+fn check(args: &BundleArgs, format: Format) -> Result<()> {
+    let runtime = CharmRuntime::new(RuntimeConfig::default()).map_err(anyhow::Error::from)?;
+    let bundle = match args.load(&runtime) {
+        Ok(bundle) => bundle,
+        Err(BundleError::Invalid { path, problems }) if format == Format::Json => {
+            let out = json!({"bundle": path, "ok": false, "problems": problems});
+            outln!("{}", serde_json::to_string_pretty(&out)?);
+            bail!("{}: {} problems", path.display(), problems.len());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let units: u32 = bundle.applications.iter().map(|a| a.num_units).sum();
+    if format == Format::Json {
+        let apps: Vec<_> = bundle
+            .applications
+            .iter()
+            .map(|a| {
+                json!({
+                    "name": a.name,
+                    "charm": a.charm_ref,
+                    "module": a.charm_path,
+                    "charm_name": a.charm.metadata().name,
+                    "units": a.num_units,
+                    "options": a.options,
+                })
+            })
+            .collect();
+        let relations: Vec<_> = bundle
+            .relations
+            .iter()
+            .map(|r| {
+                json!({
+                    "a": format!("{}:{}", r.a.0, r.a.1),
+                    "b": format!("{}:{}", r.b.0, r.b.1),
+                    "interface": r.interface,
+                })
+            })
+            .collect();
+        let out = json!({
+            "bundle": bundle.path,
+            "overlays": bundle.overlays,
+            "ok": true,
+            "applications": apps,
+            "relations": relations,
+            "warnings": bundle.warnings,
+        });
+        outln!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    let mut rows = vec![
+        ["App", "Charm", "Module", "Units", "Options"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for a in &bundle.applications {
+        let options: Vec<String> = a
+            .options
+            .iter()
+            .map(|(k, v)| format!("{k}={}", serde_json::to_string(v).unwrap_or_default()))
+            .collect();
+        rows.push(vec![
+            a.name.clone(),
+            a.charm_ref.clone(),
+            a.charm_path.display().to_string(),
+            a.num_units.to_string(),
+            options.join(" "),
+        ]);
+    }
+    print_table(&rows);
+    if !bundle.relations.is_empty() {
+        outln!();
+        let mut rows = vec![["Relation", "", "Interface"].map(String::from).to_vec()];
+        for r in &bundle.relations {
+            rows.push(vec![
+                format!("{}:{}", r.a.0, r.a.1),
+                format!("{}:{}", r.b.0, r.b.1),
+                r.interface.clone(),
+            ]);
+        }
+        print_table(&rows);
+    }
+    if !bundle.warnings.is_empty() {
+        outln!();
+        outln!("Not applied by this host:");
+        for w in &bundle.warnings {
+            outln!("  {w}");
+        }
+    }
+    outln!();
+    let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    outln!(
+        "{}: {}, {}, {}; {} not applied",
+        bundle.path.display(),
+        count(bundle.applications.len(), "application"),
+        count(units as usize, "unit"),
+        count(bundle.relations.len(), "relation"),
+        count(bundle.warnings.len(), "key"),
+    );
+    Ok(())
+}
+
+async fn export_bundle(store: &Arc<dyn Store>, format: Format) -> Result<()> {
+    let bundle = charm_host::bundle::export(store.as_ref()).await?;
+    if format == Format::Json {
+        outln!("{}", serde_json::to_string_pretty(&bundle)?);
+    } else {
+        out!("{}", serde_yaml::to_string(&bundle)?);
+    }
+    Ok(())
+}
+
 async fn print_pod_spec(store: &Arc<dyn Store>, app: &str, format: Format) -> Result<()> {
     let Some(spec) = store
         .pod_spec(app)
@@ -473,7 +635,7 @@ async fn print_pod_spec(store: &Arc<dyn Store>, app: &str, format: Format) -> Re
 }
 
 async fn run(
-    bundle_path: PathBuf,
+    bundle_args: BundleArgs,
     until_idle: bool,
     timeout: Duration,
     format: Format,
@@ -490,7 +652,10 @@ async fn run(
     let margin = runtime_config.guarantee_margin;
     let runtime = CharmRuntime::new(runtime_config).map_err(anyhow::Error::from)?;
     // Everything is checked before anything is deployed.
-    let bundle = Bundle::load(&bundle_path, &runtime)?;
+    let bundle = bundle_args.load(&runtime)?;
+    for warning in &bundle.warnings {
+        tracing::warn!("{warning}");
+    }
     // A store that cannot be reached yet (etcd restarting, say) is waited for: the host
     // comes up with it rather than exit. With --until-idle, for --timeout at most.
     let mut waiting = StoreWait::new(until_idle.then_some(timeout));

@@ -150,7 +150,7 @@ async fn a_bad_bundle_is_refused_with_its_line_before_anything_runs() {
         (
             good.replace("num_units: 1", "num_units: 1\n    colour: red"),
             ":9:",
-            "unknown field `colour`",
+            "unknown key `colour` in application postgresql",
         ),
         (
             good.replace("postgresql.wasm", "missing.wasm"),
