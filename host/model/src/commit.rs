@@ -149,10 +149,7 @@ pub fn commit<T: ModelTx + ?Sized>(
         tx.set_app_status(app, status)?;
     }
     if let Some(write) = &changes.pod_spec {
-        // A new revision only when the spec changed.
-        let current = tx.pod_spec_state(app, write)?;
-        if !current.same {
-            let revision = current.revision.map_or(1, |r| r + 1);
+        if let Some(revision) = tx.pod_spec_state(app, write)?.next_revision() {
             tx.put_pod_spec(app, revision, write)?;
             receipt.pod_spec_revision = Some(revision);
         }

@@ -264,17 +264,55 @@ pub struct ApplicationRecord {
 }
 
 impl ApplicationRecord {
-    /// The config a hook sees: the charm's declared defaults, under the operator's settings.
+    /// The config a hook sees: the charm's declared defaults, under the operator's settings
+    /// ([`effective_config`]).
     pub fn effective_config(&self) -> BTreeMap<String, ConfigValue> {
-        let mut config: BTreeMap<String, ConfigValue> = self
-            .metadata
-            .config
-            .iter()
-            .filter_map(|o| Some((o.name.clone(), o.default.clone()?)))
-            .collect();
-        config.extend(self.config.iter().map(|(k, v)| (k.clone(), v.clone())));
-        config
+        effective_config(&self.metadata.config, &self.config)
     }
+}
+
+/// The config a hook sees: the declared defaults, under the operator's settings, each
+/// setting converted to its option's declared type where Juju would accept it (an int for
+/// a float option).
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use charm_model::{effective_config, ConfigOptionMeta, ConfigValue, OptionType};
+///
+/// let option = |name: &str, kind, default| ConfigOptionMeta {
+///     name: name.into(), kind, default, description: String::new(),
+/// };
+/// let options = [
+///     option("port", OptionType::Int, Some(ConfigValue::Int(80))),
+///     option("ratio", OptionType::Float, None),
+///     option("name", OptionType::String, None),
+/// ];
+/// let settings = BTreeMap::from([("ratio".to_string(), ConfigValue::Int(2))]);
+/// let config = effective_config(&options, &settings);
+/// assert_eq!(config["port"], ConfigValue::Int(80), "a default");
+/// assert_eq!(config["ratio"], ConfigValue::Float(2.0), "a setting, as its declared type");
+/// assert!(!config.contains_key("name"), "no default, no setting");
+/// ```
+pub fn effective_config(
+    options: &[ConfigOptionMeta],
+    settings: &BTreeMap<String, ConfigValue>,
+) -> BTreeMap<String, ConfigValue> {
+    let mut config: BTreeMap<String, ConfigValue> = options
+        .iter()
+        .filter_map(|o| Some((o.name.clone(), o.default.clone()?)))
+        .collect();
+    for (name, value) in settings {
+        let declared = options.iter().find(|o| &o.name == name);
+        let value = match declared {
+            Some(o) => value
+                .clone()
+                .coerce(o.kind)
+                .unwrap_or_else(|| value.clone()),
+            None => value.clone(),
+        };
+        config.insert(name.clone(), value);
+    }
+    config
 }
 
 /// A stored pod spec.

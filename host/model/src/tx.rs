@@ -36,6 +36,22 @@ pub struct PodSpecState {
     pub same: bool,
 }
 
+impl PodSpecState {
+    /// The revision rule: a write of the spec already stored makes no new revision; any
+    /// other write makes the next one, the first being 1. `None`: no new revision.
+    ///
+    /// ```
+    /// use charm_model::tx::PodSpecState;
+    ///
+    /// assert_eq!(PodSpecState { revision: None, same: false }.next_revision(), Some(1));
+    /// assert_eq!(PodSpecState { revision: Some(4), same: false }.next_revision(), Some(5));
+    /// assert_eq!(PodSpecState { revision: Some(4), same: true }.next_revision(), None);
+    /// ```
+    pub fn next_revision(self) -> Option<u64> {
+        (!self.same).then(|| self.revision.map_or(1, |r| r + 1))
+    }
+}
+
 /// What a commit does to its leader-elected record ([`crate::records::Changes::elected_term`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ElectedTerm {

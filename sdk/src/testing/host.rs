@@ -1,11 +1,16 @@
 //! The native stand-in for the host during one hook: it answers from the arranged state,
-//! applies the host's access rules, and buffers the writes, as `host/src/imports/` does.
+//! applies the host's rules (the model core's, [`charm_model`]), and buffers the writes, as
+//! `host/src/imports/` does.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use super::podspec::{self, PodSpecError};
+use charm_model::PodSpecWrite;
+use charm_model::access::{self, AccessError, Side};
+use charm_model::podspec::{self, PodSpecError};
+use charm_model::{BagWrites, StatusKind, apply_writes};
+
 use super::state::{Bag, State};
 use super::{ActionOutput, Faults, LogLine};
 use crate::backend::{Backend, Entries, RelationInfo};
@@ -13,16 +18,13 @@ use crate::error::{Error, Result};
 use crate::log::Level;
 use crate::{ConfigValue, Metadata, Status};
 
-/// Writes to one bag: `None` removes the key.
-pub(crate) type BagWrites = BTreeMap<String, Option<String>>;
-
 /// Everything one hook wrote, applied together only if it succeeds.
 #[derive(Debug, Default)]
 pub(crate) struct Writes {
     pub unit_bags: BTreeMap<u32, BagWrites>,
     pub app_bags: BTreeMap<u32, BagWrites>,
     pub leader_data: BagWrites,
-    pub pod_spec: Option<podspec::PodSpecWrite>,
+    pub pod_spec: Option<PodSpecWrite>,
     pub unit_status: Option<Status>,
     pub app_status: Option<Status>,
     pub workload_version: Option<String>,
@@ -50,26 +52,48 @@ pub(crate) struct Hook {
 pub(crate) fn overlay(base: &Bag, writes: Option<&BagWrites>) -> Bag {
     let mut bag = base.clone();
     if let Some(writes) = writes {
-        apply(&mut bag, writes);
+        apply_writes(&mut bag, writes);
     }
     bag
 }
 
-pub(crate) fn apply(bag: &mut Bag, writes: &BagWrites) {
-    for (k, v) in writes {
-        match v {
-            Some(v) => bag.insert(k.clone(), v.clone()),
-            None => bag.remove(k),
-        };
+/// A refusal by the model's access rules, as the charm sees it.
+fn refused(e: AccessError) -> Error {
+    match e {
+        AccessError::NotLeader => Error::NotLeader,
+        AccessError::RelationNotFound(id) => Error::RelationNotFound(id),
+        AccessError::PermissionDenied(why) => Error::PermissionDenied(why),
+        AccessError::InvalidArgument(why) => Error::InvalidArgument(why),
     }
 }
 
-/// Juju's rule for action result keys, as the host applies it.
-fn valid_result_key(key: &str) -> bool {
-    key.starts_with(|c: char| c.is_ascii_lowercase())
-        && key
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+fn status_kind(status: &Status) -> StatusKind {
+    match status {
+        Status::Unknown => StatusKind::Unknown,
+        Status::Active(_) => StatusKind::Active,
+        Status::Maintenance(_) => StatusKind::Maintenance,
+        Status::Waiting(_) => StatusKind::Waiting,
+        Status::Blocked(_) => StatusKind::Blocked,
+        Status::Error(_) => StatusKind::Error,
+    }
+}
+
+fn to_model(value: &ConfigValue) -> charm_model::ConfigValue {
+    match value {
+        ConfigValue::String(s) => charm_model::ConfigValue::String(s.clone()),
+        ConfigValue::Int(i) => charm_model::ConfigValue::Int(*i),
+        ConfigValue::Float(f) => charm_model::ConfigValue::Float(*f),
+        ConfigValue::Boolean(b) => charm_model::ConfigValue::Boolean(*b),
+    }
+}
+
+fn from_model(value: charm_model::ConfigValue) -> ConfigValue {
+    match value {
+        charm_model::ConfigValue::String(s) => ConfigValue::String(s),
+        charm_model::ConfigValue::Int(i) => ConfigValue::Int(i),
+        charm_model::ConfigValue::Float(f) => ConfigValue::Float(f),
+        charm_model::ConfigValue::Boolean(b) => ConfigValue::Boolean(b),
+    }
 }
 
 impl Hook {
@@ -104,13 +128,17 @@ impl Hook {
         }
     }
 
-    fn require_leader(&mut self) -> Result<()> {
-        if self.snapshot.leader {
-            Ok(())
-        } else {
+    /// The verdict of one of the model's access rules; a leadership refusal is counted.
+    fn allowed<T>(&mut self, verdict: std::result::Result<T, AccessError>) -> Result<T> {
+        if matches!(verdict, Err(AccessError::NotLeader)) {
             self.leadership_refusals += 1;
-            Err(Error::NotLeader)
         }
+        verdict.map_err(refused)
+    }
+
+    fn require_leader(&mut self) -> Result<()> {
+        let leader = self.snapshot.leader;
+        self.allowed(access::require_leader(leader))
     }
 
     fn relation(&self, id: u32) -> Result<&super::Relation> {
@@ -127,25 +155,34 @@ impl Hook {
         }
     }
 
+    /// The config the hook sees, by the host's rule ([`charm_model::effective_config`]).
     fn effective_config(&self) -> BTreeMap<String, ConfigValue> {
-        let mut config: BTreeMap<String, ConfigValue> = self
+        let options: Vec<charm_model::ConfigOptionMeta> = self
             .metadata
             .config
             .iter()
-            .filter_map(|o| Some((o.name.clone(), o.default.clone()?)))
+            .map(|o| charm_model::ConfigOptionMeta {
+                name: o.name.clone(),
+                kind: match o.kind {
+                    crate::OptionType::String => charm_model::OptionType::String,
+                    crate::OptionType::Int => charm_model::OptionType::Int,
+                    crate::OptionType::Float => charm_model::OptionType::Float,
+                    crate::OptionType::Boolean => charm_model::OptionType::Boolean,
+                },
+                default: o.default.as_ref().map(to_model),
+                description: String::new(),
+            })
             .collect();
-        for (name, value) in &self.snapshot.config {
-            let kind = self.metadata.config.iter().find(|o| &o.name == name);
-            let value = match kind {
-                Some(o) => value
-                    .clone()
-                    .coerce(o.kind)
-                    .unwrap_or_else(|| value.clone()),
-                None => value.clone(),
-            };
-            config.insert(name.clone(), value);
-        }
-        config
+        let settings = self
+            .snapshot
+            .config
+            .iter()
+            .map(|(k, v)| (k.clone(), to_model(v)))
+            .collect();
+        charm_model::effective_config(&options, &settings)
+            .into_iter()
+            .map(|(k, v)| (k, from_model(v)))
+            .collect()
     }
 }
 
@@ -183,12 +220,8 @@ impl Backend for HookBackend {
     fn leader_set(&mut self, key: &str, value: Option<&str>) -> Result<()> {
         let mut h = self.0.borrow_mut();
         h.call();
-        h.require_leader()?;
-        if key.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a leader setting's key must not be empty".into(),
-            ));
-        }
+        let leader = h.snapshot.leader;
+        h.allowed(access::write_leader_data(key, leader))?;
         h.writes
             .leader_data
             .insert(key.to_string(), value.map(str::to_string));
@@ -258,55 +291,35 @@ impl Backend for HookBackend {
         let mut h = self.0.borrow_mut();
         h.call();
         let r = h.relation(id)?;
-        if unit == h.unit {
-            let bag = overlay(&r.local_unit_data, h.writes.unit_bags.get(&id));
-            return Ok(Entries::new(bag));
-        }
-        match r.remote_units.get(unit) {
-            Some(bag) => Ok(Entries::new(bag.clone())),
-            None => Err(Error::PermissionDenied(format!(
-                "unit {unit} is not in relation {id}"
-            ))),
-        }
+        let verdict = access::read_unit_bag(id, &h.unit, unit, r.remote_units.contains_key(unit));
+        let side = h.allowed(verdict)?;
+        let r = h.relation(id)?;
+        Ok(Entries::new(match side {
+            Side::Local => overlay(&r.local_unit_data, h.writes.unit_bags.get(&id)),
+            Side::Remote => r.remote_units[unit].clone(),
+        }))
     }
 
     fn app_data(&mut self, id: u32, app: &str) -> Result<Entries> {
         let mut h = self.0.borrow_mut();
         h.call();
         let r = h.relation(id)?;
-        if app == h.app {
-            // As in Juju: only the leader reads its own application's bag, except on peers.
-            if !r.peer && !h.snapshot.leader {
-                return Err(Error::PermissionDenied(format!(
-                    "only the leader of {app} may read its application bag in relation {id}"
-                )));
-            }
-            let bag = overlay(&r.local_app_data, h.writes.app_bags.get(&id));
-            return Ok(Entries::new(bag));
-        }
-        if app != r.remote_app {
-            return Err(Error::PermissionDenied(format!(
-                "application {app} is not in relation {id}"
-            )));
-        }
-        Ok(Entries::new(r.remote_app_data.clone()))
+        let remote_app = h.remote_app_of(r);
+        let verdict = access::read_app_bag(id, &h.app, app, &remote_app, h.snapshot.leader);
+        let side = h.allowed(verdict)?;
+        let r = h.relation(id)?;
+        Ok(Entries::new(match side {
+            Side::Local => overlay(&r.local_app_data, h.writes.app_bags.get(&id)),
+            Side::Remote => r.remote_app_data.clone(),
+        }))
     }
 
     fn set_unit_data(&mut self, id: u32, unit: &str, key: &str, value: Option<&str>) -> Result<()> {
         let mut h = self.0.borrow_mut();
         h.call();
         h.relation(id)?;
-        if unit != h.unit {
-            return Err(Error::PermissionDenied(format!(
-                "{} may write only its own unit bag, not {unit}'s",
-                h.unit
-            )));
-        }
-        if key.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a relation setting's key must not be empty".into(),
-            ));
-        }
+        let verdict = access::write_unit_bag(&h.unit, unit, key);
+        h.allowed(verdict)?;
         h.writes
             .unit_bags
             .entry(id)
@@ -319,18 +332,8 @@ impl Backend for HookBackend {
         let mut h = self.0.borrow_mut();
         h.call();
         h.relation(id)?;
-        if app != h.app {
-            return Err(Error::PermissionDenied(format!(
-                "{} may write only its own application's bag, not {app}'s",
-                h.unit
-            )));
-        }
-        h.require_leader()?;
-        if key.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a relation setting's key must not be empty".into(),
-            ));
-        }
+        let verdict = access::write_app_bag(&h.unit, app, key, h.snapshot.leader);
+        h.allowed(verdict)?;
         h.writes
             .app_bags
             .entry(id)
@@ -351,7 +354,7 @@ impl Backend for HookBackend {
     fn set_unit_status(&mut self, status: Status) -> Result<()> {
         let mut h = self.0.borrow_mut();
         h.call();
-        refuse_error_status(&status)?;
+        h.allowed(access::set_status(status_kind(&status)))?;
         h.writes.unit_status = Some(status);
         Ok(())
     }
@@ -370,7 +373,7 @@ impl Backend for HookBackend {
         let mut h = self.0.borrow_mut();
         h.call();
         h.require_leader()?;
-        refuse_error_status(&status)?;
+        h.allowed(access::set_status(status_kind(&status)))?;
         h.writes.app_status = Some(status);
         Ok(())
     }
@@ -419,11 +422,9 @@ impl Backend for HookBackend {
     fn action_set_results(&mut self, results: &[(String, String)]) -> Result<()> {
         let mut h = self.0.borrow_mut();
         h.call();
-        if let Some((key, _)) = results.iter().find(|(k, _)| !valid_result_key(k)) {
-            return Err(Error::InvalidArgument(format!(
-                "action result key {key:?}: use lowercase letters, digits and '-', starting with a letter"
-            )));
-        }
+        h.allowed(access::action_result_keys(
+            results.iter().map(|(k, _)| k.as_str()),
+        ))?;
         h.action
             .get_or_insert_default()
             .results
@@ -435,15 +436,5 @@ impl Backend for HookBackend {
         let mut h = self.0.borrow_mut();
         h.call();
         h.action.get_or_insert_default().failure = Some(message.to_string());
-    }
-}
-
-/// As in Juju, error is the host's to set, when a hook fails.
-fn refuse_error_status(status: &Status) -> Result<()> {
-    match status {
-        Status::Error(_) => Err(Error::InvalidArgument(
-            "a charm cannot set an error status".into(),
-        )),
-        _ => Ok(()),
     }
 }

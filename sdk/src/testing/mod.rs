@@ -52,7 +52,6 @@
 //! ```
 
 pub(crate) mod host;
-mod podspec;
 mod state;
 
 use std::cell::RefCell;
@@ -64,7 +63,9 @@ pub use state::{Bag, PodSpecState, Relation, State};
 
 use crate::log::Level;
 use crate::{Charm, CustomEvent, Event, Metadata, Model, RelationRole};
-use host::{Hook, HookBackend, Interrupted, Writes, apply};
+use charm_model::apply_writes;
+use charm_model::tx::PodSpecState as StoredSpec;
+use host::{Hook, HookBackend, Interrupted, Writes};
 
 /// A line the charm logged.
 ///
@@ -532,16 +533,16 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 fn commit(mut state: State, writes: Writes) -> State {
     for (id, bag) in &writes.unit_bags {
         if let Some(r) = state.relation_mut(*id) {
-            apply(&mut r.local_unit_data, bag);
+            apply_writes(&mut r.local_unit_data, bag);
         }
     }
     for (id, bag) in &writes.app_bags {
         if let Some(r) = state.relation_mut(*id) {
-            apply(&mut r.local_app_data, bag);
+            apply_writes(&mut r.local_app_data, bag);
         }
     }
-    apply(&mut state.leader_data, &writes.leader_data);
-    apply(&mut state.stored, &writes.stored);
+    apply_writes(&mut state.leader_data, &writes.leader_data);
+    apply_writes(&mut state.stored, &writes.stored);
     if let Some(status) = writes.unit_status {
         state.unit_status = status;
     }
@@ -552,19 +553,20 @@ fn commit(mut state: State, writes: Writes) -> State {
         state.workload_version = Some(version);
     }
     if let Some(write) = writes.pod_spec {
-        // An unchanged spec makes no new revision, as in the store.
-        let revision = match &state.pod_spec {
-            Some(old) if old.spec == write.spec && old.k8s_resources == write.k8s_resources => {
-                old.revision
-            }
-            Some(old) => old.revision + 1,
-            None => 1,
+        // The store's revision rule: an unchanged spec makes no new revision.
+        let stored = StoredSpec {
+            revision: state.pod_spec.as_ref().map(|old| old.revision),
+            same: state.pod_spec.as_ref().is_some_and(|old| {
+                old.spec == write.spec && old.k8s_resources == write.k8s_resources
+            }),
         };
-        state.pod_spec = Some(PodSpecState {
-            revision,
-            spec: write.spec,
-            k8s_resources: write.k8s_resources,
-        });
+        if let Some(revision) = stored.next_revision() {
+            state.pod_spec = Some(PodSpecState {
+                revision,
+                spec: write.spec,
+                k8s_resources: write.k8s_resources,
+            });
+        }
     }
     state
 }
