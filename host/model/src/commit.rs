@@ -7,7 +7,7 @@ use crate::error::{CommitError, not_found};
 use crate::operations::{enqueue, units_by_app};
 use crate::records::{Changes, LeaseHolder, QueuedHook, RelationId, app_of};
 use crate::routing::follow_ups;
-use crate::tx::{ElectedTerm, ModelTx, UnitUpdate};
+use crate::tx::{BagOwner, ElectedTerm, ModelTx, UnitUpdate};
 
 /// The leadership a commit depends on: the application's lease must still have this holder
 /// and this term when the commit is applied.
@@ -134,17 +134,17 @@ pub fn commit<T: ModelTx + ?Sized>(
 
     let mut receipt = CommitReceipt::default();
     for (id, writes) in &changes.unit_bags {
-        if tx.write_unit_bag(*id, unit, writes)? {
+        if tx.write_bag(BagOwner::Unit(*id, unit), writes)? {
             receipt.unit_bags_changed.push(*id);
         }
     }
     for (id, writes) in &changes.app_bags {
-        if tx.write_app_bag(*id, app, writes)? {
+        if tx.write_bag(BagOwner::App(*id, app), writes)? {
             receipt.app_bags_changed.push(*id);
         }
     }
-    receipt.leader_data_changed =
-        !changes.leader_data.is_empty() && tx.write_leader_data(app, &changes.leader_data)?;
+    receipt.leader_data_changed = !changes.leader_data.is_empty()
+        && tx.write_bag(BagOwner::Leader(app), &changes.leader_data)?;
     if let Some(status) = &changes.app_status {
         tx.set_app_status(app, status)?;
     }

@@ -16,6 +16,20 @@ use crate::records::{
     SharedBag, SharedConfig, Status, UnitRecord,
 };
 
+/// What a step's reads and writes answer: the store's own errors only.
+pub type TxResult<T> = Result<T, StoreError>;
+
+/// Whose data bag a write is to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BagOwner<'a> {
+    /// A unit's bag in a relation.
+    Unit(RelationId, &'a str),
+    /// An application's bag in a relation.
+    App(RelationId, &'a str),
+    /// An application's leader settings.
+    Leader(&'a str),
+}
+
 /// An application as a hook sees it.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct AppView {
@@ -79,112 +93,87 @@ pub struct UnitUpdate<'a> {
 /// One atomic step on a store's records.
 pub trait ModelTx {
     /// Every application's name and charm, by name.
-    fn app_charms(&mut self) -> Result<Vec<(String, String)>, StoreError>;
+    fn app_charms(&mut self) -> TxResult<Vec<(String, String)>>;
 
     /// Whether the application exists.
-    fn app_exists(&mut self, app: &str) -> Result<bool, StoreError>;
+    fn app_exists(&mut self, app: &str) -> TxResult<bool>;
 
     /// The application as a hook sees it; `None` if there is no such application.
-    fn app_view(&mut self, app: &str) -> Result<Option<AppView>, StoreError>;
+    fn app_view(&mut self, app: &str) -> TxResult<Option<AppView>>;
 
     /// The application's units, by number (none if there is no such application).
-    fn units_of(&mut self, app: &str) -> Result<Vec<String>, StoreError>;
+    fn units_of(&mut self, app: &str) -> TxResult<Vec<String>>;
 
     /// The number the application's next unit takes (numbers are never reused); `None` if
     /// there is no such application.
-    fn next_unit_number(&mut self, app: &str) -> Result<Option<u32>, StoreError>;
+    fn next_unit_number(&mut self, app: &str) -> TxResult<Option<u32>>;
 
     /// Whether the unit exists.
-    fn unit_exists(&mut self, unit: &str) -> Result<bool, StoreError>;
+    fn unit_exists(&mut self, unit: &str) -> TxResult<bool>;
 
     /// The unit's record; `None` if there is no such unit.
-    fn unit(&mut self, unit: &str) -> Result<Option<UnitRecord>, StoreError>;
+    fn unit(&mut self, unit: &str) -> TxResult<Option<UnitRecord>>;
 
     /// The unexpired lease on the application, if any.
-    fn live_lease(&mut self, app: &str) -> Result<Option<LeaseHolder>, StoreError>;
+    fn live_lease(&mut self, app: &str) -> TxResult<Option<LeaseHolder>>;
 
     /// The relation with this id.
-    fn relation(&mut self, id: RelationId) -> Result<Option<Arc<RelationRecord>>, StoreError>;
+    fn relation(&mut self, id: RelationId) -> TxResult<Option<Arc<RelationRecord>>>;
 
     /// The relations the application takes part in, by id.
-    fn relations_of(&mut self, app: &str) -> Result<Vec<Arc<RelationRecord>>, StoreError>;
+    fn relations_of(&mut self, app: &str) -> TxResult<Vec<Arc<RelationRecord>>>;
 
     /// The id the next relation takes (ids are never reused).
-    fn next_relation_id(&mut self) -> Result<RelationId, StoreError>;
+    fn next_relation_id(&mut self) -> TxResult<RelationId>;
 
     /// The unit bags of these units in the relation, in the order asked (empty where a unit
     /// has written nothing).
-    fn unit_bags(&mut self, id: RelationId, units: &[&str]) -> Result<Vec<SharedBag>, StoreError>;
+    fn unit_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>>;
 
     /// The application bags of these applications in the relation, as
     /// [`unit_bags`](Self::unit_bags).
-    fn app_bags(&mut self, id: RelationId, apps: &[&str]) -> Result<Vec<SharedBag>, StoreError>;
+    fn app_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>>;
 
     /// The revision of the application's pod spec, if it has one.
-    fn pod_spec_revision(&mut self, app: &str) -> Result<Option<u64>, StoreError>;
+    fn pod_spec_revision(&mut self, app: &str) -> TxResult<Option<u64>>;
 
-    /// The application's pod spec against `write`.
-    fn pod_spec_state(
-        &mut self,
-        app: &str,
-        write: &Arc<PodSpecWrite>,
-    ) -> Result<PodSpecState, StoreError>;
+    /// The application's pod spec against `spec`, a write of one.
+    fn pod_spec_state(&mut self, app: &str, spec: &Arc<PodSpecWrite>) -> TxResult<PodSpecState>;
 
     /// The hooks queued on the unit, in order; `None` if there is no such unit.
-    fn queued_hooks(&mut self, unit: &str) -> Result<Option<Vec<Hook>>, StoreError>;
+    fn queued_hooks(&mut self, unit: &str) -> TxResult<Option<Vec<Hook>>>;
 
     /// Whether the hook with this sequence number is queued on the unit.
-    fn is_queued(&mut self, unit: &str, seq: u64) -> Result<bool, StoreError>;
+    fn is_queued(&mut self, unit: &str, seq: u64) -> TxResult<bool>;
 
     /// Creates an application, with no units, leader settings, status or pod spec.
-    fn create_application(&mut self, record: ApplicationRecord) -> Result<(), StoreError>;
+    fn create_application(&mut self, record: ApplicationRecord) -> TxResult<()>;
 
     /// Creates unit `name`, number `number` of `app`, with a default record and no hooks.
-    fn create_unit(&mut self, app: &str, number: u32, name: &str) -> Result<(), StoreError>;
+    fn create_unit(&mut self, app: &str, number: u32, name: &str) -> TxResult<()>;
 
     /// Creates a relation, its bags empty.
-    fn create_relation(&mut self, record: RelationRecord) -> Result<(), StoreError>;
+    fn create_relation(&mut self, record: RelationRecord) -> TxResult<()>;
 
-    /// Applies writes to a unit's bag in a relation; whether the bag changed.
-    fn write_unit_bag(
-        &mut self,
-        id: RelationId,
-        unit: &str,
-        writes: &BagWrites,
-    ) -> Result<bool, StoreError>;
-
-    /// Applies writes to an application's bag in a relation; whether the bag changed.
-    fn write_app_bag(
-        &mut self,
-        id: RelationId,
-        app: &str,
-        writes: &BagWrites,
-    ) -> Result<bool, StoreError>;
-
-    /// Applies writes to the application's leader settings; whether they changed.
-    fn write_leader_data(&mut self, app: &str, writes: &BagWrites) -> Result<bool, StoreError>;
+    /// Applies writes to a bag; whether the bag changed.
+    fn write_bag(&mut self, owner: BagOwner<'_>, writes: &BagWrites) -> TxResult<bool>;
 
     /// Sets the application's status.
-    fn set_app_status(&mut self, app: &str, status: &Status) -> Result<(), StoreError>;
+    fn set_app_status(&mut self, app: &str, status: &Status) -> TxResult<()>;
 
     /// Stores the application's pod spec at this revision.
-    fn put_pod_spec(
-        &mut self,
-        app: &str,
-        revision: u64,
-        write: &Arc<PodSpecWrite>,
-    ) -> Result<(), StoreError>;
+    fn put_pod_spec(&mut self, app: &str, revision: u64, spec: &Arc<PodSpecWrite>) -> TxResult<()>;
 
     /// Updates the unit's record.
-    fn update_unit(&mut self, unit: &str, update: UnitUpdate<'_>) -> Result<(), StoreError>;
+    fn update_unit(&mut self, unit: &str, update: UnitUpdate<'_>) -> TxResult<()>;
 
     /// Records the unit's failing hook's error, or clears it.
-    fn set_hook_error(&mut self, unit: &str, error: Option<&str>) -> Result<(), StoreError>;
+    fn set_hook_error(&mut self, unit: &str, error: Option<&str>) -> TxResult<()>;
 
     /// Takes the hook with this sequence number off the unit's queue.
-    fn dequeue(&mut self, unit: &str, seq: u64) -> Result<(), StoreError>;
+    fn dequeue(&mut self, unit: &str, seq: u64) -> TxResult<()>;
 
     /// Puts a hook at the end of the unit's queue; its sequence number, above every one
     /// the model gave before.
-    fn enqueue(&mut self, unit: &str, hook: &Hook) -> Result<u64, StoreError>;
+    fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64>;
 }

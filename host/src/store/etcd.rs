@@ -49,12 +49,14 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 use charm_model::error::not_found;
-use charm_model::tx::{AppView, ElectedTerm, ModelTx, PodSpecState, UnitUpdate};
+use charm_model::tx::{
+    AppView, BagOwner, ElectedTerm, ModelTx, PodSpecState, TxResult, UnitUpdate,
+};
 use charm_model::{commit, operations, snapshot, status};
 
 use super::{
-    BoxFuture, Claim, CommitError, Committed, HookCommit, Lease, LeaseError, LeaseStore,
-    ModelStatus, QueuedHook, StateStore, StoreError,
+    Claim, CommitFuture, HookCommit, Lease, LeaseError, LeaseFuture, LeaseStore, ModelStatus,
+    QueuedHook, StateStore, StoreError, StoreFuture,
 };
 use crate::model::{
     ApplicationRecord, Bag, BagWrites, Hook, LeaseHolder, PodSpecRecord, PodSpecWrite,
@@ -610,12 +612,7 @@ fn ttl_secs(duration: Duration) -> i64 {
 }
 
 impl LeaseStore for EtcdStore {
-    fn claim<'a>(
-        &'a self,
-        app: &'a str,
-        holder: &'a str,
-        duration: Duration,
-    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+    fn claim<'a>(&'a self, app: &'a str, holder: &'a str, ttl: Duration) -> LeaseFuture<'a, Claim> {
         Box::pin(async move {
             let held_key = (app.to_string(), holder.to_string());
             let held = self.held_lease(&held_key);
@@ -663,7 +660,7 @@ impl LeaseStore for EtcdStore {
                     }
                     None => {}
                 }
-                let ttl = ttl_secs(duration);
+                let ttl = ttl_secs(ttl);
                 let grant = self
                     .client
                     .lease_client()
@@ -712,11 +709,7 @@ impl LeaseStore for EtcdStore {
         })
     }
 
-    fn release<'a>(
-        &'a self,
-        app: &'a str,
-        holder: &'a str,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+    fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> LeaseFuture<'a, ()> {
         Box::pin(async move {
             if let Some((current, _, id)) = self.lease_key_of(app).await?
                 && current == holder
@@ -732,7 +725,7 @@ impl LeaseStore for EtcdStore {
         })
     }
 
-    fn leader<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<Lease>, LeaseError>> {
+    fn leader<'a>(&'a self, app: &'a str) -> LeaseFuture<'a, Option<Lease>> {
         Box::pin(async move {
             let Some((holder, term, id)) = self.lease_key_of(app).await? else {
                 return Ok(None);
@@ -762,10 +755,7 @@ impl StateStore for EtcdStore {
         &self.model
     }
 
-    fn add_application<'a>(
-        &'a self,
-        app: ApplicationRecord,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn add_application<'a>(&'a self, app: ApplicationRecord) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let prefetch = vec![Read::Key(self.app_key(&app.name))];
             self.step("adding an application", prefetch, |tx| {
@@ -775,10 +765,7 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn application<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>> {
+    fn application<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ApplicationRecord> {
         Box::pin(async move {
             let seen = self.read(&[Read::Key(self.app_key(name))], None).await?;
             let kv = seen
@@ -788,7 +775,7 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn applications(&self) -> BoxFuture<'_, Result<Vec<ApplicationRecord>, StoreError>> {
+    fn applications(&self) -> StoreFuture<'_, Vec<ApplicationRecord>> {
         Box::pin(async move {
             let seen = self.read(&[Read::Prefix(self.key("apps/"))], None).await?;
             Ok(Self::apps_of(seen.all(0))?
@@ -798,7 +785,7 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn add_unit<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
+    fn add_unit<'a>(&'a self, app: &'a str) -> StoreFuture<'a, String> {
         Box::pin(async move {
             let prefetch = vec![Read::Key(self.app_key(app))];
             self.step(&format!("adding a unit to {app}"), prefetch, |tx| {
@@ -808,7 +795,7 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn units<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+    fn units<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Vec<String>> {
         Box::pin(async move {
             let seen = self.read(&[Read::Key(self.app_key(app))], None).await?;
             let kv = seen
@@ -822,7 +809,7 @@ impl StateStore for EtcdStore {
         &'a self,
         interface: &'a str,
         endpoints: Vec<RelationEndpoint>,
-    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
         Box::pin(async move {
             let prefetch = vec![
                 Read::Prefix(self.key("apps/")),
@@ -836,10 +823,7 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn enqueue<'a>(
-        &'a self,
-        hooks: Vec<(String, Hook)>,
-    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+    fn enqueue<'a>(&'a self, hooks: Vec<(String, Hook)>) -> StoreFuture<'a, Vec<QueuedHook>> {
         Box::pin(async move {
             let units: BTreeSet<&str> = hooks.iter().map(|(u, _)| u.as_str()).collect();
             let prefetch = units
@@ -853,7 +837,7 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn queued<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+    fn queued<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
         Box::pin(async move {
             let seen = self
                 .read(
@@ -878,7 +862,7 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn relations(&self) -> BoxFuture<'_, Result<Vec<RelationRecord>, StoreError>> {
+    fn relations(&self) -> StoreFuture<'_, Vec<RelationRecord>> {
         Box::pin(async move {
             let seen = self
                 .read(&[Read::Prefix(self.key("relations/"))], None)
@@ -887,7 +871,7 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn snapshot<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitSnapshot, StoreError>> {
+    fn snapshot<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitSnapshot> {
         Box::pin(async move {
             let app = app_of(unit);
             let prefetch = vec![
@@ -904,10 +888,7 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn commit_hook<'a>(
-        &'a self,
-        request: HookCommit<'a>,
-    ) -> BoxFuture<'a, Result<Committed, CommitError>> {
+    fn commit_hook<'a>(&'a self, request: HookCommit<'a>) -> CommitFuture<'a> {
         Box::pin(async move {
             let unit = request.unit;
             let app = app_of(unit);
@@ -936,11 +917,7 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn set_hook_error<'a>(
-        &'a self,
-        unit: &'a str,
-        error: Option<String>,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn set_hook_error<'a>(&'a self, unit: &'a str, error: Option<String>) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let prefetch = vec![Read::Key(self.unit_key(unit))];
             self.step(&format!("error status of {unit}"), prefetch, |tx| {
@@ -950,10 +927,7 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn pod_spec<'a>(
-        &'a self,
-        app: &'a str,
-    ) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>> {
+    fn pod_spec<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Option<PodSpecRecord>> {
         Box::pin(async move {
             let seen = self
                 .read(
@@ -971,7 +945,7 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>> {
+    fn status(&self) -> StoreFuture<'_, ModelStatus> {
         Box::pin(async move {
             let prefetch = [
                 "apps/",
@@ -1145,16 +1119,6 @@ impl<'s> EtcdTx<'s> {
             .collect()
     }
 
-    /// Applies `writes` to the bag at `key`; whether it changed.
-    fn write_bag(&mut self, key: String, writes: &BagWrites) -> Result<bool, StoreError> {
-        let mut bag: Bag = self.doc(&key)?.unwrap_or_default();
-        let changed = apply_writes(&mut bag, writes);
-        if changed {
-            self.put(key, &bag);
-        }
-        Ok(changed)
-    }
-
     fn update_unit_doc(
         &mut self,
         unit: &str,
@@ -1209,7 +1173,7 @@ impl<'s> EtcdTx<'s> {
 }
 
 impl ModelTx for EtcdTx<'_> {
-    fn app_charms(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+    fn app_charms(&mut self) -> TxResult<Vec<(String, String)>> {
         let apps = self.scan(&self.store.key("apps/"));
         apps.iter()
             .map(|(k, v)| {
@@ -1219,11 +1183,11 @@ impl ModelTx for EtcdTx<'_> {
             .collect()
     }
 
-    fn app_exists(&mut self, app: &str) -> Result<bool, StoreError> {
+    fn app_exists(&mut self, app: &str) -> TxResult<bool> {
         Ok(self.get(&self.store.app_key(app)).is_some())
     }
 
-    fn app_view(&mut self, app: &str) -> Result<Option<AppView>, StoreError> {
+    fn app_view(&mut self, app: &str) -> TxResult<Option<AppView>> {
         let Some(doc) = self.app_doc(app)? else {
             return Ok(None);
         };
@@ -1239,23 +1203,23 @@ impl ModelTx for EtcdTx<'_> {
         }))
     }
 
-    fn units_of(&mut self, app: &str) -> Result<Vec<String>, StoreError> {
+    fn units_of(&mut self, app: &str) -> TxResult<Vec<String>> {
         Ok(self.app_doc(app)?.map(|d| d.units).unwrap_or_default())
     }
 
-    fn next_unit_number(&mut self, app: &str) -> Result<Option<u32>, StoreError> {
+    fn next_unit_number(&mut self, app: &str) -> TxResult<Option<u32>> {
         Ok(self.app_doc(app)?.map(|d| d.next_unit))
     }
 
-    fn unit_exists(&mut self, unit: &str) -> Result<bool, StoreError> {
+    fn unit_exists(&mut self, unit: &str) -> TxResult<bool> {
         Ok(self.get(&self.store.unit_key(unit)).is_some())
     }
 
-    fn unit(&mut self, unit: &str) -> Result<Option<UnitRecord>, StoreError> {
+    fn unit(&mut self, unit: &str) -> TxResult<Option<UnitRecord>> {
         self.doc(&self.store.unit_key(unit))
     }
 
-    fn live_lease(&mut self, app: &str) -> Result<Option<LeaseHolder>, StoreError> {
+    fn live_lease(&mut self, app: &str) -> TxResult<Option<LeaseHolder>> {
         let key = self.store.lease_key(app);
         let Some(value) = self.get(&key) else {
             return Ok(None);
@@ -1275,11 +1239,11 @@ impl ModelTx for EtcdTx<'_> {
         }))
     }
 
-    fn relation(&mut self, id: RelationId) -> Result<Option<Arc<RelationRecord>>, StoreError> {
+    fn relation(&mut self, id: RelationId) -> TxResult<Option<Arc<RelationRecord>>> {
         Ok(self.doc(&self.store.relation_key(id))?.map(Arc::new))
     }
 
-    fn relations_of(&mut self, app: &str) -> Result<Vec<Arc<RelationRecord>>, StoreError> {
+    fn relations_of(&mut self, app: &str) -> TxResult<Vec<Arc<RelationRecord>>> {
         let all = self.scan(&self.store.key("relations/"));
         let mut relations = Vec::new();
         for (k, v) in all {
@@ -1292,35 +1256,28 @@ impl ModelTx for EtcdTx<'_> {
         Ok(relations)
     }
 
-    fn next_relation_id(&mut self) -> Result<RelationId, StoreError> {
+    fn next_relation_id(&mut self) -> TxResult<RelationId> {
         let last: RelationId = self.doc(&self.store.key("next-relation"))?.unwrap_or(0);
         Ok(last + 1)
     }
 
-    fn unit_bags(&mut self, id: RelationId, units: &[&str]) -> Result<Vec<SharedBag>, StoreError> {
-        let keys = units
-            .iter()
-            .map(|u| self.store.unit_bag_key(id, u))
-            .collect();
+    fn unit_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>> {
+        let keys = of.iter().map(|u| self.store.unit_bag_key(id, u)).collect();
         self.bags(id, keys)
     }
 
-    fn app_bags(&mut self, id: RelationId, apps: &[&str]) -> Result<Vec<SharedBag>, StoreError> {
-        let keys = apps.iter().map(|a| self.store.app_bag_key(id, a)).collect();
+    fn app_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>> {
+        let keys = of.iter().map(|a| self.store.app_bag_key(id, a)).collect();
         self.bags(id, keys)
     }
 
-    fn pod_spec_revision(&mut self, app: &str) -> Result<Option<u64>, StoreError> {
+    fn pod_spec_revision(&mut self, app: &str) -> TxResult<Option<u64>> {
         Ok(self
             .doc::<PodSpecRecord>(&self.store.pod_spec_key(app))?
             .map(|p| p.revision))
     }
 
-    fn pod_spec_state(
-        &mut self,
-        app: &str,
-        write: &Arc<PodSpecWrite>,
-    ) -> Result<PodSpecState, StoreError> {
+    fn pod_spec_state(&mut self, app: &str, write: &Arc<PodSpecWrite>) -> TxResult<PodSpecState> {
         let current: Option<PodSpecRecord> = self.doc(&self.store.pod_spec_key(app))?;
         Ok(PodSpecState {
             revision: current.as_ref().map(|p| p.revision),
@@ -1329,7 +1286,7 @@ impl ModelTx for EtcdTx<'_> {
         })
     }
 
-    fn queued_hooks(&mut self, unit: &str) -> Result<Option<Vec<Hook>>, StoreError> {
+    fn queued_hooks(&mut self, unit: &str) -> TxResult<Option<Vec<Hook>>> {
         if !self.unit_exists(unit)? {
             return Ok(None);
         }
@@ -1338,11 +1295,11 @@ impl ModelTx for EtcdTx<'_> {
         ))
     }
 
-    fn is_queued(&mut self, unit: &str, seq: u64) -> Result<bool, StoreError> {
+    fn is_queued(&mut self, unit: &str, seq: u64) -> TxResult<bool> {
         Ok(self.queue(unit)?.iter().any(|e| e.seq == seq))
     }
 
-    fn create_application(&mut self, record: ApplicationRecord) -> Result<(), StoreError> {
+    fn create_application(&mut self, record: ApplicationRecord) -> TxResult<()> {
         let key = self.store.app_key(&record.name);
         let doc = AppDoc {
             record,
@@ -1353,7 +1310,7 @@ impl ModelTx for EtcdTx<'_> {
         Ok(())
     }
 
-    fn create_unit(&mut self, app: &str, number: u32, name: &str) -> Result<(), StoreError> {
+    fn create_unit(&mut self, app: &str, number: u32, name: &str) -> TxResult<()> {
         let mut doc = self
             .app_doc(app)?
             .ok_or_else(|| not_found(format!("application {app}")))?;
@@ -1365,7 +1322,7 @@ impl ModelTx for EtcdTx<'_> {
         Ok(())
     }
 
-    fn create_relation(&mut self, record: RelationRecord) -> Result<(), StoreError> {
+    fn create_relation(&mut self, record: RelationRecord) -> TxResult<()> {
         let counter = self.store.key("next-relation");
         // Read, so a concurrent relation's id conflicts with this one.
         self.get(&counter);
@@ -1374,39 +1331,27 @@ impl ModelTx for EtcdTx<'_> {
         Ok(())
     }
 
-    fn write_unit_bag(
-        &mut self,
-        id: RelationId,
-        unit: &str,
-        writes: &BagWrites,
-    ) -> Result<bool, StoreError> {
-        self.write_bag(self.store.unit_bag_key(id, unit), writes)
+    fn write_bag(&mut self, owner: BagOwner<'_>, writes: &BagWrites) -> TxResult<bool> {
+        let key = match owner {
+            BagOwner::Unit(id, unit) => self.store.unit_bag_key(id, unit),
+            BagOwner::App(id, app) => self.store.app_bag_key(id, app),
+            BagOwner::Leader(app) => self.store.leader_data_key(app),
+        };
+        let mut bag: Bag = self.doc(&key)?.unwrap_or_default();
+        let changed = apply_writes(&mut bag, writes);
+        if changed {
+            self.put(key, &bag);
+        }
+        Ok(changed)
     }
 
-    fn write_app_bag(
-        &mut self,
-        id: RelationId,
-        app: &str,
-        writes: &BagWrites,
-    ) -> Result<bool, StoreError> {
-        self.write_bag(self.store.app_bag_key(id, app), writes)
-    }
-
-    fn write_leader_data(&mut self, app: &str, writes: &BagWrites) -> Result<bool, StoreError> {
-        self.write_bag(self.store.leader_data_key(app), writes)
-    }
-
-    fn set_app_status(&mut self, app: &str, status: &Status) -> Result<(), StoreError> {
+    fn set_app_status(&mut self, app: &str, status: &Status) -> TxResult<()> {
         self.put(self.store.app_status_key(app), status);
         Ok(())
     }
 
-    fn put_pod_spec(
-        &mut self,
-        app: &str,
-        revision: u64,
-        write: &Arc<PodSpecWrite>,
-    ) -> Result<(), StoreError> {
+    fn put_pod_spec(&mut self, app: &str, revision: u64, spec: &Arc<PodSpecWrite>) -> TxResult<()> {
+        let write = spec;
         let record = PodSpecRecord {
             revision,
             spec: write.spec.clone(),
@@ -1416,7 +1361,7 @@ impl ModelTx for EtcdTx<'_> {
         Ok(())
     }
 
-    fn update_unit(&mut self, unit: &str, update: UnitUpdate<'_>) -> Result<(), StoreError> {
+    fn update_unit(&mut self, unit: &str, update: UnitUpdate<'_>) -> TxResult<()> {
         self.update_unit_doc(unit, |doc| {
             if let Some(status) = update.status {
                 doc.status = status.clone();
@@ -1435,18 +1380,18 @@ impl ModelTx for EtcdTx<'_> {
         })
     }
 
-    fn set_hook_error(&mut self, unit: &str, error: Option<&str>) -> Result<(), StoreError> {
+    fn set_hook_error(&mut self, unit: &str, error: Option<&str>) -> TxResult<()> {
         self.update_unit_doc(unit, |doc| doc.hook_error = error.map(str::to_string))
     }
 
-    fn dequeue(&mut self, unit: &str, seq: u64) -> Result<(), StoreError> {
+    fn dequeue(&mut self, unit: &str, seq: u64) -> TxResult<()> {
         let mut queue = self.queue(unit)?;
         queue.retain(|e| e.seq != seq);
         self.put(self.store.queue_key(unit), &queue);
         Ok(())
     }
 
-    fn enqueue(&mut self, unit: &str, hook: &Hook) -> Result<u64, StoreError> {
+    fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64> {
         let mut queue = self.queue(unit)?;
         let seq = seq_at(self.revision, self.queued);
         self.queued += 1;

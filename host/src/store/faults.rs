@@ -12,8 +12,8 @@ use rand::{Rng, SeedableRng};
 use tokio::time::{Instant, sleep};
 
 use super::{
-    BoxFuture, Claim, CommitError, CommitReceipt, Committed, Fence, HookCommit, Lease, LeaseError,
-    LeaseStore, ModelStatus, QueuedHook, StateStore, Store, StoreError,
+    Claim, CommitFuture, CommitReceipt, Fence, HookCommit, Lease, LeaseError, LeaseFuture,
+    LeaseStore, ModelStatus, QueuedHook, StateStore, Store, StoreError, StoreFuture,
 };
 use crate::model::{
     ApplicationRecord, Changes, Hook, PodSpecRecord, RelationEndpoint, RelationRecord, UnitSnapshot,
@@ -209,23 +209,21 @@ impl FaultyStore {
 }
 
 impl LeaseStore for FaultyStore {
-    fn claim<'a>(
-        &'a self,
-        app: &'a str,
-        holder: &'a str,
-        duration: Duration,
-    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+    fn claim<'a>(&'a self, app: &'a str, holder: &'a str, ttl: Duration) -> LeaseFuture<'a, Claim> {
         Box::pin(async move {
             let sent_at = Instant::now();
             // The store counts the lease on its own clock; a faster store clock is a
             // shorter lease in the claimant's time.
             let drift = self.plan.drift.get(holder).copied().unwrap_or(0.0);
-            let store_duration = duration.mul_f64((1.0 - drift).max(0.0));
+            let store_duration = ttl.mul_f64((1.0 - drift).max(0.0));
             let apply = || async {
                 let claim = self.inner.claim(app, holder, store_duration).await?;
                 Ok::<_, LeaseError>(match claim {
                     Claim::Held(lease) => {
-                        let lease = Lease { duration, ..lease };
+                        let lease = Lease {
+                            duration: ttl,
+                            ..lease
+                        };
                         if let Some(o) = &self.observer {
                             o.claim_granted(app, &lease, sent_at);
                         }
@@ -252,15 +250,11 @@ impl LeaseStore for FaultyStore {
         })
     }
 
-    fn release<'a>(
-        &'a self,
-        app: &'a str,
-        holder: &'a str,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+    fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> LeaseFuture<'a, ()> {
         self.inner.release(app, holder)
     }
 
-    fn leader<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<Lease>, LeaseError>> {
+    fn leader<'a>(&'a self, app: &'a str) -> LeaseFuture<'a, Option<Lease>> {
         self.inner.leader(app)
     }
 }
@@ -270,29 +264,23 @@ impl StateStore for FaultyStore {
         self.inner.model_name()
     }
 
-    fn add_application<'a>(
-        &'a self,
-        app: ApplicationRecord,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn add_application<'a>(&'a self, app: ApplicationRecord) -> StoreFuture<'a, ()> {
         self.inner.add_application(app)
     }
 
-    fn application<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>> {
+    fn application<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ApplicationRecord> {
         self.inner.application(name)
     }
 
-    fn applications(&self) -> BoxFuture<'_, Result<Vec<ApplicationRecord>, StoreError>> {
+    fn applications(&self) -> StoreFuture<'_, Vec<ApplicationRecord>> {
         self.inner.applications()
     }
 
-    fn add_unit<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
+    fn add_unit<'a>(&'a self, app: &'a str) -> StoreFuture<'a, String> {
         self.inner.add_unit(app)
     }
 
-    fn units<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+    fn units<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Vec<String>> {
         self.inner.units(app)
     }
 
@@ -300,33 +288,27 @@ impl StateStore for FaultyStore {
         &'a self,
         interface: &'a str,
         endpoints: Vec<RelationEndpoint>,
-    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
         self.inner.add_relation(interface, endpoints)
     }
 
-    fn enqueue<'a>(
-        &'a self,
-        hooks: Vec<(String, Hook)>,
-    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+    fn enqueue<'a>(&'a self, hooks: Vec<(String, Hook)>) -> StoreFuture<'a, Vec<QueuedHook>> {
         self.inner.enqueue(hooks)
     }
 
-    fn queued<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+    fn queued<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
         self.inner.queued(unit)
     }
 
-    fn relations(&self) -> BoxFuture<'_, Result<Vec<RelationRecord>, StoreError>> {
+    fn relations(&self) -> StoreFuture<'_, Vec<RelationRecord>> {
         self.inner.relations()
     }
 
-    fn snapshot<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitSnapshot, StoreError>> {
+    fn snapshot<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitSnapshot> {
         self.inner.snapshot(unit)
     }
 
-    fn commit_hook<'a>(
-        &'a self,
-        request: HookCommit<'a>,
-    ) -> BoxFuture<'a, Result<Committed, CommitError>> {
+    fn commit_hook<'a>(&'a self, request: HookCommit<'a>) -> CommitFuture<'a> {
         Box::pin(async move {
             let fate = if self.plan.commit_faults {
                 self.fate()
@@ -359,22 +341,15 @@ impl StateStore for FaultyStore {
         })
     }
 
-    fn set_hook_error<'a>(
-        &'a self,
-        unit: &'a str,
-        error: Option<String>,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn set_hook_error<'a>(&'a self, unit: &'a str, error: Option<String>) -> StoreFuture<'a, ()> {
         self.inner.set_hook_error(unit, error)
     }
 
-    fn pod_spec<'a>(
-        &'a self,
-        app: &'a str,
-    ) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>> {
+    fn pod_spec<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Option<PodSpecRecord>> {
         self.inner.pod_spec(app)
     }
 
-    fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>> {
+    fn status(&self) -> StoreFuture<'_, ModelStatus> {
         self.inner.status()
     }
 }

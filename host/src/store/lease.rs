@@ -36,27 +36,21 @@ pub enum LeaseError {
     Unavailable(String),
 }
 
+/// The answer of a lease operation, to come.
+pub type LeaseFuture<'a, T> = BoxFuture<'a, Result<T, LeaseError>>;
+
 /// Leases on application leadership.
 ///
 /// Contract: a lease is granted for `duration` from the moment the store handles the claim.
 /// A claim by the current holder before expiry extends it and keeps its term; a claim by
 /// another unit is denied until the lease expires, and then granted with the term plus one.
 pub trait LeaseStore: Send + Sync {
-    /// Claims or extends `app`'s lease for `holder`.
-    fn claim<'a>(
-        &'a self,
-        app: &'a str,
-        holder: &'a str,
-        duration: Duration,
-    ) -> BoxFuture<'a, Result<Claim, LeaseError>>;
+    /// Claims or extends `app`'s lease for `holder`, to last `ttl` from the store's answer.
+    fn claim<'a>(&'a self, app: &'a str, holder: &'a str, ttl: Duration) -> LeaseFuture<'a, Claim>;
 
     /// Gives the lease up early, if `holder` holds it, so another unit can take over at once.
-    fn release<'a>(
-        &'a self,
-        app: &'a str,
-        holder: &'a str,
-    ) -> BoxFuture<'a, Result<(), LeaseError>>;
+    fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> LeaseFuture<'a, ()>;
 
     /// The unexpired lease on `app`, if any; its `duration` is the time it has left.
-    fn leader<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<Lease>, LeaseError>>;
+    fn leader<'a>(&'a self, app: &'a str) -> LeaseFuture<'a, Option<Lease>>;
 }

@@ -8,12 +8,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use charm_model::error::not_found;
-use charm_model::tx::{AppView, ElectedTerm, ModelTx, PodSpecState, UnitUpdate};
+use charm_model::tx::{
+    AppView, BagOwner, ElectedTerm, ModelTx, PodSpecState, TxResult, UnitUpdate,
+};
 use charm_model::{commit, operations, snapshot, status};
 
 use super::{
-    BoxFuture, Claim, CommitError, Committed, HookCommit, Lease, LeaseError, LeaseStore,
-    ModelStatus, QueuedHook, StateStore, StoreError,
+    Claim, CommitFuture, HookCommit, Lease, LeaseFuture, LeaseStore, ModelStatus, QueuedHook,
+    StateStore, StoreError, StoreFuture,
 };
 use crate::model::{
     ApplicationRecord, BagWrites, Hook, LeaseHolder, PodSpecRecord, PodSpecWrite, RelationEndpoint,
@@ -167,7 +169,7 @@ impl MemoryTx<'_> {
 }
 
 impl ModelTx for MemoryTx<'_> {
-    fn app_charms(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+    fn app_charms(&mut self) -> TxResult<Vec<(String, String)>> {
         Ok(self
             .inner
             .apps
@@ -176,11 +178,11 @@ impl ModelTx for MemoryTx<'_> {
             .collect())
     }
 
-    fn app_exists(&mut self, app: &str) -> Result<bool, StoreError> {
+    fn app_exists(&mut self, app: &str) -> TxResult<bool> {
         Ok(self.inner.apps.contains_key(app))
     }
 
-    fn app_view(&mut self, app: &str) -> Result<Option<AppView>, StoreError> {
+    fn app_view(&mut self, app: &str) -> TxResult<Option<AppView>> {
         Ok(self.inner.apps.get(app).map(|a| AppView {
             config: a.config.clone(),
             leader_data: a.leader_data.clone(),
@@ -188,7 +190,7 @@ impl ModelTx for MemoryTx<'_> {
         }))
     }
 
-    fn units_of(&mut self, app: &str) -> Result<Vec<String>, StoreError> {
+    fn units_of(&mut self, app: &str) -> TxResult<Vec<String>> {
         Ok(self
             .inner
             .apps
@@ -197,49 +199,49 @@ impl ModelTx for MemoryTx<'_> {
             .unwrap_or_default())
     }
 
-    fn next_unit_number(&mut self, app: &str) -> Result<Option<u32>, StoreError> {
+    fn next_unit_number(&mut self, app: &str) -> TxResult<Option<u32>> {
         Ok(self.inner.apps.get(app).map(|a| a.next_unit))
     }
 
-    fn unit_exists(&mut self, unit: &str) -> Result<bool, StoreError> {
+    fn unit_exists(&mut self, unit: &str) -> TxResult<bool> {
         Ok(self.inner.units.contains_key(unit))
     }
 
-    fn unit(&mut self, unit: &str) -> Result<Option<UnitRecord>, StoreError> {
+    fn unit(&mut self, unit: &str) -> TxResult<Option<UnitRecord>> {
         Ok(self.inner.units.get(unit).map(|u| u.record.clone()))
     }
 
-    fn live_lease(&mut self, app: &str) -> Result<Option<LeaseHolder>, StoreError> {
+    fn live_lease(&mut self, app: &str) -> TxResult<Option<LeaseHolder>> {
         Ok(self.inner.live_lease(app, self.now).map(|l| LeaseHolder {
             holder: l.holder.clone(),
             term: l.term,
         }))
     }
 
-    fn relation(&mut self, id: RelationId) -> Result<Option<Arc<RelationRecord>>, StoreError> {
+    fn relation(&mut self, id: RelationId) -> TxResult<Option<Arc<RelationRecord>>> {
         Ok(self.inner.relations.get(&id).map(|r| r.record.clone()))
     }
 
-    fn relations_of(&mut self, app: &str) -> Result<Vec<Arc<RelationRecord>>, StoreError> {
+    fn relations_of(&mut self, app: &str) -> TxResult<Vec<Arc<RelationRecord>>> {
         let ids = self.inner.app_relations.get(app).into_iter().flatten();
         Ok(ids
             .map(|id| self.inner.relations[id].record.clone())
             .collect())
     }
 
-    fn next_relation_id(&mut self) -> Result<RelationId, StoreError> {
+    fn next_relation_id(&mut self) -> TxResult<RelationId> {
         Ok(self.inner.next_relation + 1)
     }
 
-    fn unit_bags(&mut self, id: RelationId, units: &[&str]) -> Result<Vec<SharedBag>, StoreError> {
-        Ok(self.bags(id, units, |r| &r.unit_bags))
+    fn unit_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>> {
+        Ok(self.bags(id, of, |r| &r.unit_bags))
     }
 
-    fn app_bags(&mut self, id: RelationId, apps: &[&str]) -> Result<Vec<SharedBag>, StoreError> {
-        Ok(self.bags(id, apps, |r| &r.app_bags))
+    fn app_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>> {
+        Ok(self.bags(id, of, |r| &r.app_bags))
     }
 
-    fn pod_spec_revision(&mut self, app: &str) -> Result<Option<u64>, StoreError> {
+    fn pod_spec_revision(&mut self, app: &str) -> TxResult<Option<u64>> {
         Ok(self
             .inner
             .apps
@@ -248,11 +250,7 @@ impl ModelTx for MemoryTx<'_> {
             .map(|p| p.revision))
     }
 
-    fn pod_spec_state(
-        &mut self,
-        app: &str,
-        write: &Arc<PodSpecWrite>,
-    ) -> Result<PodSpecState, StoreError> {
+    fn pod_spec_state(&mut self, app: &str, write: &Arc<PodSpecWrite>) -> TxResult<PodSpecState> {
         let a = self.app_mut(app)?;
         let same_write = a
             .pod_spec_write
@@ -273,7 +271,7 @@ impl ModelTx for MemoryTx<'_> {
         })
     }
 
-    fn queued_hooks(&mut self, unit: &str) -> Result<Option<Vec<Hook>>, StoreError> {
+    fn queued_hooks(&mut self, unit: &str) -> TxResult<Option<Vec<Hook>>> {
         Ok(self
             .inner
             .units
@@ -281,7 +279,7 @@ impl ModelTx for MemoryTx<'_> {
             .map(|u| u.queue.iter().map(|(_, h)| h.clone()).collect()))
     }
 
-    fn is_queued(&mut self, unit: &str, seq: u64) -> Result<bool, StoreError> {
+    fn is_queued(&mut self, unit: &str, seq: u64) -> TxResult<bool> {
         Ok(self
             .inner
             .units
@@ -289,7 +287,7 @@ impl ModelTx for MemoryTx<'_> {
             .is_some_and(|u| u.queue.iter().any(|(s, _)| *s == seq)))
     }
 
-    fn create_application(&mut self, record: ApplicationRecord) -> Result<(), StoreError> {
+    fn create_application(&mut self, record: ApplicationRecord) -> TxResult<()> {
         self.inner.apps.insert(
             record.name.clone(),
             AppEntry {
@@ -306,7 +304,7 @@ impl ModelTx for MemoryTx<'_> {
         Ok(())
     }
 
-    fn create_unit(&mut self, app: &str, number: u32, name: &str) -> Result<(), StoreError> {
+    fn create_unit(&mut self, app: &str, number: u32, name: &str) -> TxResult<()> {
         let entry = self.app_mut(app)?;
         entry.next_unit = number + 1;
         entry.units.push(name.to_string());
@@ -316,7 +314,7 @@ impl ModelTx for MemoryTx<'_> {
         Ok(())
     }
 
-    fn create_relation(&mut self, record: RelationRecord) -> Result<(), StoreError> {
+    fn create_relation(&mut self, record: RelationRecord) -> TxResult<()> {
         let mut apps: Vec<String> = record.endpoints.iter().map(|e| e.app.clone()).collect();
         apps.dedup();
         for app in apps {
@@ -338,43 +336,24 @@ impl ModelTx for MemoryTx<'_> {
         Ok(())
     }
 
-    fn write_unit_bag(
-        &mut self,
-        id: RelationId,
-        unit: &str,
-        writes: &BagWrites,
-    ) -> Result<bool, StoreError> {
-        let rel = self.relation_mut(id)?;
-        let bag = rel.unit_bags.entry(unit.to_string()).or_default();
-        Ok(apply_shared(bag, writes))
+    fn write_bag(&mut self, owner: BagOwner<'_>, writes: &BagWrites) -> TxResult<bool> {
+        let bag = match owner {
+            BagOwner::Unit(id, unit) => self.relation_mut(id)?.unit_bags.entry(unit.to_string()),
+            BagOwner::App(id, app) => self.relation_mut(id)?.app_bags.entry(app.to_string()),
+            BagOwner::Leader(app) => {
+                return Ok(apply_shared(&mut self.app_mut(app)?.leader_data, writes));
+            }
+        };
+        Ok(apply_shared(bag.or_default(), writes))
     }
 
-    fn write_app_bag(
-        &mut self,
-        id: RelationId,
-        app: &str,
-        writes: &BagWrites,
-    ) -> Result<bool, StoreError> {
-        let rel = self.relation_mut(id)?;
-        let bag = rel.app_bags.entry(app.to_string()).or_default();
-        Ok(apply_shared(bag, writes))
-    }
-
-    fn write_leader_data(&mut self, app: &str, writes: &BagWrites) -> Result<bool, StoreError> {
-        Ok(apply_shared(&mut self.app_mut(app)?.leader_data, writes))
-    }
-
-    fn set_app_status(&mut self, app: &str, status: &Status) -> Result<(), StoreError> {
+    fn set_app_status(&mut self, app: &str, status: &Status) -> TxResult<()> {
         self.app_mut(app)?.status = status.clone();
         Ok(())
     }
 
-    fn put_pod_spec(
-        &mut self,
-        app: &str,
-        revision: u64,
-        write: &Arc<PodSpecWrite>,
-    ) -> Result<(), StoreError> {
+    fn put_pod_spec(&mut self, app: &str, revision: u64, spec: &Arc<PodSpecWrite>) -> TxResult<()> {
+        let write = spec;
         let a = self.app_mut(app)?;
         a.pod_spec = Some(PodSpecRecord {
             revision,
@@ -385,7 +364,7 @@ impl ModelTx for MemoryTx<'_> {
         Ok(())
     }
 
-    fn update_unit(&mut self, unit: &str, update: UnitUpdate<'_>) -> Result<(), StoreError> {
+    fn update_unit(&mut self, unit: &str, update: UnitUpdate<'_>) -> TxResult<()> {
         let u = &mut self.unit_mut(unit)?.record;
         if let Some(status) = update.status {
             u.status = status.clone();
@@ -402,17 +381,17 @@ impl ModelTx for MemoryTx<'_> {
         Ok(())
     }
 
-    fn set_hook_error(&mut self, unit: &str, error: Option<&str>) -> Result<(), StoreError> {
+    fn set_hook_error(&mut self, unit: &str, error: Option<&str>) -> TxResult<()> {
         self.unit_mut(unit)?.record.hook_error = error.map(str::to_string);
         Ok(())
     }
 
-    fn dequeue(&mut self, unit: &str, seq: u64) -> Result<(), StoreError> {
+    fn dequeue(&mut self, unit: &str, seq: u64) -> TxResult<()> {
         self.unit_mut(unit)?.queue.retain(|(s, _)| *s != seq);
         Ok(())
     }
 
-    fn enqueue(&mut self, unit: &str, hook: &Hook) -> Result<u64, StoreError> {
+    fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64> {
         let seq = self.inner.next_seq + 1;
         self.unit_mut(unit)?.queue.push((seq, hook.clone()));
         self.inner.next_seq = seq;
@@ -421,12 +400,7 @@ impl ModelTx for MemoryTx<'_> {
 }
 
 impl LeaseStore for MemoryStore {
-    fn claim<'a>(
-        &'a self,
-        app: &'a str,
-        holder: &'a str,
-        duration: Duration,
-    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+    fn claim<'a>(&'a self, app: &'a str, holder: &'a str, ttl: Duration) -> LeaseFuture<'a, Claim> {
         Box::pin(async move {
             let now = Instant::now();
             let mut inner = self.lock();
@@ -440,14 +414,14 @@ impl LeaseStore for MemoryStore {
                 inner.leases.insert(
                     app.to_string(),
                     LeaseEntry {
-                        expiry: now + duration,
+                        expiry: now + ttl,
                         ..live.clone()
                     },
                 );
                 return Ok(Claim::Held(Lease {
                     holder: live.holder,
                     term: live.term,
-                    duration,
+                    duration: ttl,
                 }));
             }
             let term = inner.last_term.get(app).copied().unwrap_or(0) + 1;
@@ -457,22 +431,18 @@ impl LeaseStore for MemoryStore {
                 LeaseEntry {
                     holder: holder.to_string(),
                     term,
-                    expiry: now + duration,
+                    expiry: now + ttl,
                 },
             );
             Ok(Claim::Held(Lease {
                 holder: holder.to_string(),
                 term,
-                duration,
+                duration: ttl,
             }))
         })
     }
 
-    fn release<'a>(
-        &'a self,
-        app: &'a str,
-        holder: &'a str,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+    fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> LeaseFuture<'a, ()> {
         Box::pin(async move {
             let mut inner = self.lock();
             if inner.leases.get(app).is_some_and(|l| l.holder == holder) {
@@ -482,7 +452,7 @@ impl LeaseStore for MemoryStore {
         })
     }
 
-    fn leader<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<Lease>, LeaseError>> {
+    fn leader<'a>(&'a self, app: &'a str) -> LeaseFuture<'a, Option<Lease>> {
         Box::pin(async move {
             let now = Instant::now();
             let inner = self.lock();
@@ -500,21 +470,15 @@ impl StateStore for MemoryStore {
         &self.model
     }
 
-    fn add_application<'a>(
-        &'a self,
-        app: ApplicationRecord,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn add_application<'a>(&'a self, app: ApplicationRecord) -> StoreFuture<'a, ()> {
         Box::pin(async move { self.step(|tx| operations::add_application(tx, app)) })
     }
 
-    fn application<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>> {
+    fn application<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ApplicationRecord> {
         Box::pin(async move { self.step(|tx| tx.app(name).map(|a| a.record.clone())) })
     }
 
-    fn applications(&self) -> BoxFuture<'_, Result<Vec<ApplicationRecord>, StoreError>> {
+    fn applications(&self) -> StoreFuture<'_, Vec<ApplicationRecord>> {
         Box::pin(async move {
             Ok(self
                 .lock()
@@ -525,11 +489,11 @@ impl StateStore for MemoryStore {
         })
     }
 
-    fn add_unit<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
+    fn add_unit<'a>(&'a self, app: &'a str) -> StoreFuture<'a, String> {
         Box::pin(async move { self.step(|tx| operations::add_unit(tx, app)) })
     }
 
-    fn units<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+    fn units<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Vec<String>> {
         Box::pin(async move { self.step(|tx| tx.app(app).map(|a| a.units.clone())) })
     }
 
@@ -537,11 +501,11 @@ impl StateStore for MemoryStore {
         &'a self,
         interface: &'a str,
         endpoints: Vec<RelationEndpoint>,
-    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
         Box::pin(async move { self.step(|tx| operations::add_relation(tx, interface, endpoints)) })
     }
 
-    fn relations(&self) -> BoxFuture<'_, Result<Vec<RelationRecord>, StoreError>> {
+    fn relations(&self) -> StoreFuture<'_, Vec<RelationRecord>> {
         Box::pin(async move {
             Ok(self
                 .lock()
@@ -552,14 +516,11 @@ impl StateStore for MemoryStore {
         })
     }
 
-    fn snapshot<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitSnapshot, StoreError>> {
+    fn snapshot<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitSnapshot> {
         Box::pin(async move { self.step(|tx| snapshot::snapshot(tx, &self.model, unit)) })
     }
 
-    fn enqueue<'a>(
-        &'a self,
-        hooks: Vec<(String, Hook)>,
-    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+    fn enqueue<'a>(&'a self, hooks: Vec<(String, Hook)>) -> StoreFuture<'a, Vec<QueuedHook>> {
         Box::pin(async move {
             // All or nothing: a unit that does not exist queues nothing.
             self.step(|tx| {
@@ -573,7 +534,7 @@ impl StateStore for MemoryStore {
         })
     }
 
-    fn queued<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+    fn queued<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
         Box::pin(async move {
             let inner = self.lock();
             let u = inner
@@ -591,31 +552,21 @@ impl StateStore for MemoryStore {
         })
     }
 
-    fn commit_hook<'a>(
-        &'a self,
-        request: HookCommit<'a>,
-    ) -> BoxFuture<'a, Result<Committed, CommitError>> {
+    fn commit_hook<'a>(&'a self, request: HookCommit<'a>) -> CommitFuture<'a> {
         Box::pin(async move { self.step(|tx| commit::commit(tx, request)) })
     }
 
-    fn set_hook_error<'a>(
-        &'a self,
-        unit: &'a str,
-        error: Option<String>,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn set_hook_error<'a>(&'a self, unit: &'a str, error: Option<String>) -> StoreFuture<'a, ()> {
         Box::pin(
             async move { self.step(|tx| operations::set_hook_error(tx, unit, error.as_deref())) },
         )
     }
 
-    fn pod_spec<'a>(
-        &'a self,
-        app: &'a str,
-    ) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>> {
+    fn pod_spec<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Option<PodSpecRecord>> {
         Box::pin(async move { self.step(|tx| tx.app(app).map(|a| a.pod_spec.clone())) })
     }
 
-    fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>> {
+    fn status(&self) -> StoreFuture<'_, ModelStatus> {
         Box::pin(async move { self.step(|tx| status::status(tx)) })
     }
 }

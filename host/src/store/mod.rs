@@ -16,12 +16,12 @@ mod state;
 pub use charm_model::{QueuedHook, routing};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdConfig, EtcdStore};
-pub use lease::{Claim, Lease, LeaseError, LeaseStore};
+pub use lease::{Claim, Lease, LeaseError, LeaseFuture, LeaseStore};
 pub use memory::MemoryStore;
 pub use sqlite::SqliteStore;
 pub use state::{
-    AppStatusRow, CommitError, CommitReceipt, Committed, Fence, HookCommit, ModelStatus,
-    StateStore, StoreError, UnitStatusRow,
+    AppStatusRow, CommitError, CommitFuture, CommitReceipt, Committed, Fence, HookCommit,
+    ModelStatus, StateStore, StoreError, StoreFuture, UnitStatusRow,
 };
 
 use std::future::Future;

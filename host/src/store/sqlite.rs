@@ -60,12 +60,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use charm_model::error::not_found;
-use charm_model::tx::{AppView, ElectedTerm, ModelTx, PodSpecState, UnitUpdate};
+use charm_model::tx::{
+    AppView, BagOwner, ElectedTerm, ModelTx, PodSpecState, TxResult, UnitUpdate,
+};
 use charm_model::{commit, operations, snapshot, status};
 
 use super::{
-    BoxFuture, Claim, CommitError, Committed, HookCommit, Lease, LeaseError, LeaseStore,
-    ModelStatus, QueuedHook, StateStore, StoreError,
+    Claim, CommitFuture, HookCommit, Lease, LeaseError, LeaseFuture, LeaseStore, ModelStatus,
+    QueuedHook, StateStore, StoreError, StoreFuture,
 };
 use crate::model::{
     ApplicationRecord, Bag, BagWrites, CharmMetadata, ConfigValue, Hook, LeaseHolder,
@@ -540,12 +542,7 @@ fn live_lease(conn: &Connection, app: &str, now_ms: i64) -> Result<Option<LeaseR
 }
 
 impl LeaseStore for SqliteStore {
-    fn claim<'a>(
-        &'a self,
-        app: &'a str,
-        holder: &'a str,
-        duration: Duration,
-    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+    fn claim<'a>(&'a self, app: &'a str, holder: &'a str, ttl: Duration) -> LeaseFuture<'a, Claim> {
         Box::pin(async move {
             let mut conn = self.lock();
             let tx = conn
@@ -554,7 +551,7 @@ impl LeaseStore for SqliteStore {
                 .map_err(lease_err)?;
             // Taken under the write lock: the lease runs from when the store handles the claim.
             let now = now_since_epoch();
-            let expiry_ms = ceil_ms(now.saturating_add(duration));
+            let expiry_ms = ceil_ms(now.saturating_add(ttl));
             let claim = match live_lease(&tx, app, floor_ms(now)).map_err(lease_err)? {
                 Some(live) if live.holder != holder => Claim::Denied {
                     holder: live.holder,
@@ -568,7 +565,7 @@ impl LeaseStore for SqliteStore {
                     Claim::Held(Lease {
                         holder: live.holder,
                         term: live.term,
-                        duration,
+                        duration: ttl,
                     })
                 }
                 None => {
@@ -596,7 +593,7 @@ impl LeaseStore for SqliteStore {
                     Claim::Held(Lease {
                         holder: holder.to_string(),
                         term: to_u64(term),
-                        duration,
+                        duration: ttl,
                     })
                 }
             };
@@ -605,11 +602,7 @@ impl LeaseStore for SqliteStore {
         })
     }
 
-    fn release<'a>(
-        &'a self,
-        app: &'a str,
-        holder: &'a str,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+    fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> LeaseFuture<'a, ()> {
         Box::pin(async move {
             let conn = self.lock();
             // One statement is its own transaction; `last_terms` keeps the term.
@@ -621,7 +614,7 @@ impl LeaseStore for SqliteStore {
         })
     }
 
-    fn leader<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Option<Lease>, LeaseError>> {
+    fn leader<'a>(&'a self, app: &'a str) -> LeaseFuture<'a, Option<Lease>> {
         Box::pin(async move {
             let conn = self.lock();
             let now = now_since_epoch();
@@ -930,18 +923,18 @@ impl SqliteTx<'_> {
 }
 
 impl ModelTx for SqliteTx<'_> {
-    fn app_charms(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+    fn app_charms(&mut self) -> TxResult<Vec<(String, String)>> {
         self.conn
             .prepare_cached("SELECT name, charm FROM applications ORDER BY name")
             .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
             .db()
     }
 
-    fn app_exists(&mut self, app: &str) -> Result<bool, StoreError> {
+    fn app_exists(&mut self, app: &str) -> TxResult<bool> {
         app_exists(self.conn, app)
     }
 
-    fn app_view(&mut self, app: &str) -> Result<Option<AppView>, StoreError> {
+    fn app_view(&mut self, app: &str) -> TxResult<Option<AppView>> {
         let row: Option<(String, String, String)> = self
             .conn
             .prepare_cached("SELECT metadata, config, status FROM applications WHERE name = ?1")
@@ -964,11 +957,11 @@ impl ModelTx for SqliteTx<'_> {
         }))
     }
 
-    fn units_of(&mut self, app: &str) -> Result<Vec<String>, StoreError> {
+    fn units_of(&mut self, app: &str) -> TxResult<Vec<String>> {
         unit_names(self.conn, app)
     }
 
-    fn next_unit_number(&mut self, app: &str) -> Result<Option<u32>, StoreError> {
+    fn next_unit_number(&mut self, app: &str) -> TxResult<Option<u32>> {
         let next: Option<i64> = self
             .conn
             .prepare_cached("SELECT next_unit FROM applications WHERE name = ?1")
@@ -981,11 +974,11 @@ impl ModelTx for SqliteTx<'_> {
         .transpose()
     }
 
-    fn unit_exists(&mut self, unit: &str) -> Result<bool, StoreError> {
+    fn unit_exists(&mut self, unit: &str) -> TxResult<bool> {
         unit_exists(self.conn, unit)
     }
 
-    fn unit(&mut self, unit: &str) -> Result<Option<UnitRecord>, StoreError> {
+    fn unit(&mut self, unit: &str) -> TxResult<Option<UnitRecord>> {
         type Row = (String, String, Option<String>, Option<i64>);
         let row: Option<Row> = self
             .conn
@@ -1013,7 +1006,7 @@ impl ModelTx for SqliteTx<'_> {
         }))
     }
 
-    fn live_lease(&mut self, app: &str) -> Result<Option<LeaseHolder>, StoreError> {
+    fn live_lease(&mut self, app: &str) -> TxResult<Option<LeaseHolder>> {
         // Read under the step's lock, so no claim can slip in before its writes.
         let now_ms = floor_ms(now_since_epoch());
         Ok(live_lease(self.conn, app, now_ms)?.map(|l| LeaseHolder {
@@ -1022,7 +1015,7 @@ impl ModelTx for SqliteTx<'_> {
         }))
     }
 
-    fn relation(&mut self, id: RelationId) -> Result<Option<Arc<RelationRecord>>, StoreError> {
+    fn relation(&mut self, id: RelationId) -> TxResult<Option<Arc<RelationRecord>>> {
         let row: Option<(String, String)> = self
             .conn
             .prepare_cached("SELECT interface, endpoints FROM relations WHERE id = ?1")
@@ -1034,14 +1027,14 @@ impl ModelTx for SqliteTx<'_> {
         .transpose()
     }
 
-    fn relations_of(&mut self, app: &str) -> Result<Vec<Arc<RelationRecord>>, StoreError> {
+    fn relations_of(&mut self, app: &str) -> TxResult<Vec<Arc<RelationRecord>>> {
         Ok(relations_of(self.conn, app)?
             .into_iter()
             .map(Arc::new)
             .collect())
     }
 
-    fn next_relation_id(&mut self) -> Result<RelationId, StoreError> {
+    fn next_relation_id(&mut self) -> TxResult<RelationId> {
         // AUTOINCREMENT keeps the highest id ever given, so none is reused.
         let last: i64 = self
             .conn
@@ -1054,23 +1047,23 @@ impl ModelTx for SqliteTx<'_> {
             .map_err(|_| StoreError::Corrupt(format!("relation id {} out of range", last + 1)))
     }
 
-    fn unit_bags(&mut self, id: RelationId, units: &[&str]) -> Result<Vec<SharedBag>, StoreError> {
+    fn unit_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>> {
         self.bags(
             "SELECT unit, key, value FROM relation_unit_bags WHERE relation = ?1",
             id,
-            units,
+            of,
         )
     }
 
-    fn app_bags(&mut self, id: RelationId, apps: &[&str]) -> Result<Vec<SharedBag>, StoreError> {
+    fn app_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>> {
         self.bags(
             "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1",
             id,
-            apps,
+            of,
         )
     }
 
-    fn pod_spec_revision(&mut self, app: &str) -> Result<Option<u64>, StoreError> {
+    fn pod_spec_revision(&mut self, app: &str) -> TxResult<Option<u64>> {
         let revision: Option<i64> = self
             .conn
             .prepare_cached("SELECT revision FROM pod_specs WHERE app = ?1")
@@ -1079,11 +1072,7 @@ impl ModelTx for SqliteTx<'_> {
         Ok(revision.map(to_u64))
     }
 
-    fn pod_spec_state(
-        &mut self,
-        app: &str,
-        write: &Arc<PodSpecWrite>,
-    ) -> Result<PodSpecState, StoreError> {
+    fn pod_spec_state(&mut self, app: &str, write: &Arc<PodSpecWrite>) -> TxResult<PodSpecState> {
         let current: Option<(i64, String, Option<String>)> = self
             .conn
             .prepare_cached("SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1")
@@ -1110,7 +1099,7 @@ impl ModelTx for SqliteTx<'_> {
         })
     }
 
-    fn queued_hooks(&mut self, unit: &str) -> Result<Option<Vec<Hook>>, StoreError> {
+    fn queued_hooks(&mut self, unit: &str) -> TxResult<Option<Vec<Hook>>> {
         if !unit_exists(self.conn, unit)? {
             return Ok(None);
         }
@@ -1122,7 +1111,7 @@ impl ModelTx for SqliteTx<'_> {
         ))
     }
 
-    fn is_queued(&mut self, unit: &str, seq: u64) -> Result<bool, StoreError> {
+    fn is_queued(&mut self, unit: &str, seq: u64) -> TxResult<bool> {
         let Ok(seq) = i64::try_from(seq) else {
             return Ok(false);
         };
@@ -1132,7 +1121,7 @@ impl ModelTx for SqliteTx<'_> {
             .db()
     }
 
-    fn create_application(&mut self, app: ApplicationRecord) -> Result<(), StoreError> {
+    fn create_application(&mut self, app: ApplicationRecord) -> TxResult<()> {
         self.exec(
             "INSERT INTO applications (name, charm, metadata, config, status, next_unit)
              VALUES (?1, ?2, ?3, ?4, ?5, 0)",
@@ -1147,7 +1136,7 @@ impl ModelTx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn create_unit(&mut self, app: &str, number: u32, name: &str) -> Result<(), StoreError> {
+    fn create_unit(&mut self, app: &str, number: u32, name: &str) -> TxResult<()> {
         self.exec(
             "INSERT INTO units (name, app, number, status, workload_version, hook_error)
              VALUES (?1, ?2, ?3, ?4, '', NULL)",
@@ -1160,7 +1149,7 @@ impl ModelTx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn create_relation(&mut self, record: RelationRecord) -> Result<(), StoreError> {
+    fn create_relation(&mut self, record: RelationRecord) -> TxResult<()> {
         self.exec(
             "INSERT INTO relations (id, interface, endpoints) VALUES (?1, ?2, ?3)",
             rusqlite::params![record.id, record.interface, encode(&record.endpoints)],
@@ -1174,29 +1163,15 @@ impl ModelTx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn write_unit_bag(
-        &mut self,
-        id: RelationId,
-        unit: &str,
-        writes: &BagWrites,
-    ) -> Result<bool, StoreError> {
-        write_bag(self.conn, &UNIT_BAGS, &[&id, &unit], writes)
+    fn write_bag(&mut self, owner: BagOwner<'_>, writes: &BagWrites) -> TxResult<bool> {
+        match owner {
+            BagOwner::Unit(id, unit) => write_bag(self.conn, &UNIT_BAGS, &[&id, &unit], writes),
+            BagOwner::App(id, app) => write_bag(self.conn, &APP_BAGS, &[&id, &app], writes),
+            BagOwner::Leader(app) => write_bag(self.conn, &LEADER_DATA, &[&app], writes),
+        }
     }
 
-    fn write_app_bag(
-        &mut self,
-        id: RelationId,
-        app: &str,
-        writes: &BagWrites,
-    ) -> Result<bool, StoreError> {
-        write_bag(self.conn, &APP_BAGS, &[&id, &app], writes)
-    }
-
-    fn write_leader_data(&mut self, app: &str, writes: &BagWrites) -> Result<bool, StoreError> {
-        write_bag(self.conn, &LEADER_DATA, &[&app], writes)
-    }
-
-    fn set_app_status(&mut self, app: &str, status: &Status) -> Result<(), StoreError> {
+    fn set_app_status(&mut self, app: &str, status: &Status) -> TxResult<()> {
         self.exec(
             "UPDATE applications SET status = ?2 WHERE name = ?1",
             rusqlite::params![app, encode(status)],
@@ -1204,12 +1179,8 @@ impl ModelTx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn put_pod_spec(
-        &mut self,
-        app: &str,
-        revision: u64,
-        write: &Arc<PodSpecWrite>,
-    ) -> Result<(), StoreError> {
+    fn put_pod_spec(&mut self, app: &str, revision: u64, spec: &Arc<PodSpecWrite>) -> TxResult<()> {
+        let write = spec;
         let (spec, resources) = match self.spec_texts.take() {
             Some(texts) => texts,
             None => self.specs.texts(app, write),
@@ -1231,7 +1202,7 @@ impl ModelTx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn update_unit(&mut self, unit: &str, update: UnitUpdate<'_>) -> Result<(), StoreError> {
+    fn update_unit(&mut self, unit: &str, update: UnitUpdate<'_>) -> TxResult<()> {
         if let Some(status) = update.status {
             self.exec(
                 "UPDATE units SET status = ?2 WHERE name = ?1",
@@ -1265,7 +1236,7 @@ impl ModelTx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn set_hook_error(&mut self, unit: &str, error: Option<&str>) -> Result<(), StoreError> {
+    fn set_hook_error(&mut self, unit: &str, error: Option<&str>) -> TxResult<()> {
         self.exec(
             "UPDATE units SET hook_error = ?2 WHERE name = ?1",
             rusqlite::params![unit, error],
@@ -1273,7 +1244,7 @@ impl ModelTx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn dequeue(&mut self, unit: &str, seq: u64) -> Result<(), StoreError> {
+    fn dequeue(&mut self, unit: &str, seq: u64) -> TxResult<()> {
         let seq = i64::try_from(seq).unwrap_or(i64::MAX);
         self.exec(
             "DELETE FROM hook_queue WHERE seq = ?1 AND unit = ?2",
@@ -1282,7 +1253,7 @@ impl ModelTx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn enqueue(&mut self, unit: &str, hook: &Hook) -> Result<u64, StoreError> {
+    fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64> {
         self.exec(
             "INSERT INTO hook_queue (unit, hook) VALUES (?1, ?2)",
             [unit, encode(hook).as_str()],
@@ -1292,6 +1263,22 @@ impl ModelTx for SqliteTx<'_> {
 }
 
 impl SqliteStore {
+    /// Runs a model operation in a write transaction ([`step`](Self::step)).
+    fn write<T, E: From<StoreError>>(
+        &self,
+        op: impl FnOnce(&mut SqliteTx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.step(true, op)
+    }
+
+    /// Runs a model operation in a read transaction ([`step`](Self::step)).
+    fn read<T, E: From<StoreError>>(
+        &self,
+        op: impl FnOnce(&mut SqliteTx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.step(false, op)
+    }
+
     /// Runs a model operation in one transaction: a write transaction (`BEGIN IMMEDIATE`,
     /// holding the file's write lock from the first check to the commit, across every
     /// process sharing the file) committed if the operation succeeds, or a read
@@ -1325,24 +1312,18 @@ impl StateStore for SqliteStore {
         &self.model
     }
 
-    fn add_application<'a>(
-        &'a self,
-        app: ApplicationRecord,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move { self.step(true, |tx| operations::add_application(tx, app)) })
+    fn add_application<'a>(&'a self, app: ApplicationRecord) -> StoreFuture<'a, ()> {
+        Box::pin(async move { self.write(|tx| operations::add_application(tx, app)) })
     }
 
-    fn application<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<ApplicationRecord, StoreError>> {
+    fn application<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ApplicationRecord> {
         Box::pin(async move {
             let conn = self.lock();
             application_record(&conn, name)?.ok_or_else(|| not_found(format!("application {name}")))
         })
     }
 
-    fn applications(&self) -> BoxFuture<'_, Result<Vec<ApplicationRecord>, StoreError>> {
+    fn applications(&self) -> StoreFuture<'_, Vec<ApplicationRecord>> {
         Box::pin(async move {
             let conn = self.lock();
             let rows: Vec<(String, String, String, String)> = conn
@@ -1362,11 +1343,11 @@ impl StateStore for SqliteStore {
         })
     }
 
-    fn add_unit<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
-        Box::pin(async move { self.step(true, |tx| operations::add_unit(tx, app)) })
+    fn add_unit<'a>(&'a self, app: &'a str) -> StoreFuture<'a, String> {
+        Box::pin(async move { self.write(|tx| operations::add_unit(tx, app)) })
     }
 
-    fn units<'a>(&'a self, app: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+    fn units<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Vec<String>> {
         Box::pin(async move {
             let mut conn = self.lock();
             let tx = conn
@@ -1383,22 +1364,15 @@ impl StateStore for SqliteStore {
         &'a self,
         interface: &'a str,
         endpoints: Vec<RelationEndpoint>,
-    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
-        Box::pin(async move {
-            self.step(true, |tx| {
-                operations::add_relation(tx, interface, endpoints)
-            })
-        })
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
+        Box::pin(async move { self.write(|tx| operations::add_relation(tx, interface, endpoints)) })
     }
 
-    fn enqueue<'a>(
-        &'a self,
-        hooks: Vec<(String, Hook)>,
-    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
-        Box::pin(async move { self.step(true, |tx| operations::enqueue(tx, hooks)) })
+    fn enqueue<'a>(&'a self, hooks: Vec<(String, Hook)>) -> StoreFuture<'a, Vec<QueuedHook>> {
+        Box::pin(async move { self.write(|tx| operations::enqueue(tx, hooks)) })
     }
 
-    fn queued<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+    fn queued<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
         Box::pin(async move {
             let conn = self.lock();
             let tx = HookTx::read(&conn).db()?;
@@ -1409,37 +1383,25 @@ impl StateStore for SqliteStore {
         })
     }
 
-    fn relations(&self) -> BoxFuture<'_, Result<Vec<RelationRecord>, StoreError>> {
+    fn relations(&self) -> StoreFuture<'_, Vec<RelationRecord>> {
         Box::pin(async move { read_relations(&self.lock()) })
     }
 
-    fn snapshot<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitSnapshot, StoreError>> {
-        Box::pin(async move { self.step(false, |tx| snapshot::snapshot(tx, &self.model, unit)) })
+    fn snapshot<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitSnapshot> {
+        Box::pin(async move { self.read(|tx| snapshot::snapshot(tx, &self.model, unit)) })
     }
 
-    fn commit_hook<'a>(
-        &'a self,
-        request: HookCommit<'a>,
-    ) -> BoxFuture<'a, Result<Committed, CommitError>> {
-        Box::pin(async move { self.step(true, |tx| commit::commit(tx, request)) })
+    fn commit_hook<'a>(&'a self, request: HookCommit<'a>) -> CommitFuture<'a> {
+        Box::pin(async move { self.write(|tx| commit::commit(tx, request)) })
     }
 
-    fn set_hook_error<'a>(
-        &'a self,
-        unit: &'a str,
-        error: Option<String>,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.step(true, |tx| {
-                operations::set_hook_error(tx, unit, error.as_deref())
-            })
-        })
+    fn set_hook_error<'a>(&'a self, unit: &'a str, error: Option<String>) -> StoreFuture<'a, ()> {
+        Box::pin(
+            async move { self.write(|tx| operations::set_hook_error(tx, unit, error.as_deref())) },
+        )
     }
 
-    fn pod_spec<'a>(
-        &'a self,
-        app: &'a str,
-    ) -> BoxFuture<'a, Result<Option<PodSpecRecord>, StoreError>> {
+    fn pod_spec<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Option<PodSpecRecord>> {
         Box::pin(async move {
             let mut conn = self.lock();
             let tx = conn
@@ -1462,8 +1424,8 @@ impl StateStore for SqliteStore {
         })
     }
 
-    fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>> {
-        Box::pin(async move { self.step(false, |tx| status::status(tx)) })
+    fn status(&self) -> StoreFuture<'_, ModelStatus> {
+        Box::pin(async move { self.read(|tx| status::status(tx)) })
     }
 }
 
