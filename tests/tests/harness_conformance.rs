@@ -1,6 +1,6 @@
 //! The native harness and the host agree: the same charm, state and event give the same
 //! output through `charm_sdk::testing::Context` and through the compiled `.wasm`; and the
-//! harness's copy of the pod spec validator refuses what the host's refuses, at the same field.
+//! harness refuses the pod specs the host refuses, at the same field (both run the model core's validator).
 
 use charm_sdk::testing::{Context, HookRunner, Relation, State};
 use charm_sdk::{Event, RelationEvent};
@@ -50,7 +50,7 @@ fn discourse_and_postgresql_give_the_same_output_on_both_backends() {
 }
 
 /// Pod specs the host refuses (the probe's list and more), through the native harness:
-/// the same field as `host/src/podspec.rs` names.
+/// the same field as the host's validator (`charm_model::podspec`) names.
 #[test]
 fn the_harness_refuses_pod_specs_as_the_host_does() {
     let specs = [

@@ -2,12 +2,13 @@
 //! with a [`Context`], assert on the [`Output`] (Python ops' Scenario:
 //! `ctx.run(ctx.on.<event>(), State(...)) -> State`).
 //!
-//! The harness answers the charm's calls as the host does, with the host's rules: the
+//! The harness answers the charm's calls as the host does, with the host's rules (the model
+//! core, `charm-model`, which the host runs too): the
 //! leadership answer is pinned for the hook; leader-only writes (leader data, the
 //! application's bags, the pod spec, the application's status) are refused with
 //! [`Error::NotLeader`](crate::Error::NotLeader) when the unit is not leader; a unit writes
-//! only its own unit bag and reads only the bags Juju lets it; pod specs are validated by a
-//! copy of the host's validator; and everything the hook wrote is applied only if it returns
+//! only its own unit bag and reads only the bags Juju lets it; pod specs are validated by the
+//! host's validator; and everything the hook wrote is applied only if it returns
 //! `Ok`: an `Err` or a panic leaves the state as it was.
 //!
 //! Beyond Scenario: pod specs are first-class (set, validated, revisioned), and a test can
