@@ -1,6 +1,7 @@
 //! The native harness and the host agree: the same charm, state and event give the same
 //! output through `charm_sdk::testing::Context` and through the compiled `.wasm`; and the
-//! harness refuses the pod specs the host refuses, at the same field (both run the model core's validator).
+//! harness refuses the pod specs the host refuses, at the same field (both run the model
+//! core's validator).
 
 use charm_sdk::testing::{Context, HookRunner, Relation, State};
 use charm_sdk::{Event, RelationEvent};
