@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use charm_host::bundle::{Bundle, BundleError, LoadOptions, Problem};
+use charm_host::charm::CharmRuntime;
 use charm_host::model::ConfigValue;
 use charm_host::store::Store;
 use charm_tests::{controller, fast_config, guests, runtime, settle};
@@ -38,6 +39,16 @@ fn options(dir: &Path, overlays: &[&str]) -> LoadOptions {
         charm_dirs: vec![dir.to_owned()],
         overlays: overlays.iter().map(|o| corpus(o)).collect(),
     }
+}
+
+/// Loads a corpus bundle with its overlays, charms from `dir`.
+fn load(
+    file: &str,
+    dir: &Path,
+    overlays: &[&str],
+    runtime: &CharmRuntime,
+) -> Result<Bundle, BundleError> {
+    Bundle::load_with(&corpus(file), &options(dir, overlays), runtime)
 }
 
 fn warned_keys(bundle: &Bundle) -> BTreeSet<&str> {
@@ -159,8 +170,8 @@ fn each_bundle_of_the_corpus_is_accepted_with_the_warnings_it_should_give() {
         ),
     ];
     for (file, expected) in cases {
-        let bundle = Bundle::load_with(&corpus(file), &options(dir.path(), &[]), &runtime)
-            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let bundle =
+            load(file, dir.path(), &[], &runtime).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert_eq!(
             warned_keys(&bundle),
             expected.iter().copied().collect(),
@@ -177,12 +188,7 @@ fn each_bundle_of_the_corpus_is_accepted_with_the_warnings_it_should_give() {
 #[test]
 fn warnings_name_every_user_of_a_key_and_its_first_line() {
     let dir = charm_dir();
-    let bundle = Bundle::load_with(
-        &corpus("machines.yaml"),
-        &options(dir.path(), &[]),
-        &runtime(),
-    )
-    .unwrap();
+    let bundle = load("machines.yaml", dir.path(), &[], &runtime()).unwrap();
     let warning = |key: &str| bundle.warnings.iter().find(|w| w.key == key).unwrap();
     let series = warning("series");
     // The bundle's `series: focal`, and the series in discourse's charm URL.
@@ -205,12 +211,7 @@ fn warnings_name_every_user_of_a_key_and_its_first_line() {
 #[test]
 fn charms_named_by_name_are_found_and_relations_inferred() {
     let dir = charm_dir();
-    let bundle = Bundle::load_with(
-        &corpus("k8s-discourse.yaml"),
-        &options(dir.path(), &[]),
-        &runtime(),
-    )
-    .unwrap();
+    let bundle = load("k8s-discourse.yaml", dir.path(), &[], &runtime()).unwrap();
     let apps: Vec<(&str, &str, u32)> = bundle
         .applications
         .iter()
@@ -243,9 +244,10 @@ fn charms_named_by_name_are_found_and_relations_inferred() {
 fn overlays_override_options_and_units_add_and_remove_applications() {
     let dir = charm_dir();
     let runtime = runtime();
-    let bundle = Bundle::load_with(
-        &corpus("k8s-discourse.yaml"),
-        &options(dir.path(), &["k8s-overlay.yaml"]),
+    let bundle = load(
+        "k8s-discourse.yaml",
+        dir.path(),
+        &["k8s-overlay.yaml"],
         &runtime,
     )
     .unwrap();
@@ -265,9 +267,10 @@ fn overlays_override_options_and_units_add_and_remove_applications() {
     assert!(discourse.options.contains_key("developer_emails"));
     assert_eq!(bundle.relations.len(), 2);
 
-    let bundle = Bundle::load_with(
-        &corpus("k8s-discourse.yaml"),
-        &options(dir.path(), &["k8s-overlay.yaml", "k8s-overlay-remove.yaml"]),
+    let bundle = load(
+        "k8s-discourse.yaml",
+        dir.path(),
+        &["k8s-overlay.yaml", "k8s-overlay-remove.yaml"],
         &runtime,
     )
     .unwrap();
@@ -314,13 +317,9 @@ fn a_problem_in_an_overlay_names_the_overlay_and_its_line() {
 #[test]
 fn every_problem_of_a_broken_bundle_is_reported_at_once_with_its_line() {
     let dir = charm_dir();
-    let err = Bundle::load_with(
-        &corpus("broken.yaml"),
-        &options(dir.path(), &[]),
-        &runtime(),
-    )
-    .err()
-    .expect("refused");
+    let err = load("broken.yaml", dir.path(), &[], &runtime())
+        .err()
+        .expect("refused");
     let BundleError::Invalid { problems, .. } = err else {
         panic!("{err}");
     };
@@ -392,9 +391,10 @@ async fn model_of(store: &dyn Store) -> (Vec<String>, BTreeSet<(String, Vec<Stri
 async fn an_exported_model_deploys_into_an_empty_store_as_the_same_model() {
     let dir = charm_dir();
     let runtime = runtime();
-    let bundle = Bundle::load_with(
-        &corpus("k8s-discourse.yaml"),
-        &options(dir.path(), &["k8s-overlay.yaml"]),
+    let bundle = load(
+        "k8s-discourse.yaml",
+        dir.path(),
+        &["k8s-overlay.yaml"],
         &runtime,
     )
     .unwrap();
