@@ -80,7 +80,7 @@ fn check_exhaustively(protocol: Protocol) {
 /// The counterexample the checker finds to `property` under `variant`, as the steps that
 /// lead to it.
 fn counterexample(variant: Variant, property: &'static str) -> Vec<Action> {
-    discover(Protocol::delays_only(variant), property)
+    discover(Protocol::for_counterexamples(variant), property)
 }
 
 /// The first behaviour the checker finds that reaches `property`: a counterexample to
@@ -134,7 +134,7 @@ fn the_protocol_keeps_every_invariant_for_3_units_with_more_faults_and_time() {
 
 #[test]
 fn a_commit_that_reaches_the_store_after_the_lease_lapsed_is_refused_by_its_fence() {
-    let protocol = Protocol::delays_only(Variant::Pinned);
+    let protocol = Protocol::for_counterexamples(Variant::Pinned);
     let steps = discover(protocol.clone(), "a commit is refused by its fence");
     // On the way there, no invariant broke: the refused hook had stopped believing.
     let mut state = protocol.init_states().remove(0);

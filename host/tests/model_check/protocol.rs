@@ -103,7 +103,7 @@ pub struct Protocol {
     pub horizon: u8,
     /// No fault happens at or after this tick.
     pub faults_until: u8,
-    /// How many faults (a lost message, a crash) one behaviour may have.
+    /// How many faults (a lost message, a store error, a crash) one behaviour may have.
     pub fault_budget: u8,
     /// The timings.
     pub timing: Timing,
@@ -133,12 +133,12 @@ impl Protocol {
     }
 
     /// A configuration for finding counterexamples, which the breadth-first search stops
-    /// at: two leases long, with delays (never losses or crashes) all the way.
-    pub fn delays_only(variant: Variant) -> Self {
+    /// at: two leases long, with delays and one fault all the way.
+    pub fn for_counterexamples(variant: Variant) -> Self {
         Protocol {
             horizon: 10,
             faults_until: 10,
-            fault_budget: 0,
+            fault_budget: 1,
             ..Protocol::bounded(variant)
         }
     }
@@ -679,11 +679,11 @@ impl Model for Protocol {
                 continue;
             }
             self.choices(s, u, out);
-            if unit.request && unit.waiting.is_some() {
-                // "lease operation timed out": the store answers, but not with a lease.
-                out.push(Action::StoreUnavailable(u));
-            }
             if self.faults_allowed(s) {
+                if unit.request && unit.waiting.is_some() {
+                    // "lease operation timed out": the store answers, but not with a lease.
+                    out.push(Action::StoreUnavailable(u));
+                }
                 if unit.request {
                     out.push(Action::Lose(u, Message::Claim));
                 }
@@ -731,6 +731,7 @@ impl Model for Protocol {
             }
             Action::StoreClaim(u) => self.store_claim(&mut s, u),
             Action::StoreUnavailable(u) => {
+                s.history.faults_left -= 1;
                 let unit = &mut s.units[u as usize];
                 unit.request = false;
                 unit.answer = Some(ClaimAnswer::Unavailable);
