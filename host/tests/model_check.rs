@@ -139,7 +139,9 @@ fn a_commit_that_reaches_the_store_after_the_lease_lapsed_is_refused_by_its_fenc
     // On the way there, no invariant broke: the refused hook had stopped believing.
     let mut state = protocol.init_states().remove(0);
     for step in &steps {
-        state = protocol.next_state(&state, *step).expect("a step of the trace");
+        state = protocol
+            .next_state(&state, *step)
+            .expect("a step of the trace");
     }
     assert_eq!(state.history.broken, 0, "{steps:?}");
     assert!(
@@ -152,10 +154,7 @@ fn a_commit_that_reaches_the_store_after_the_lease_lapsed_is_refused_by_its_fenc
 fn renewing_inside_the_hook_as_juju_29_does_changes_the_answer_mid_hook() {
     let steps = counterexample(Variant::RenewInsideHook, "I1 pinned answer");
     // The second answer, as the hook ends, differed from the first.
-    assert!(
-        matches!(steps.last(), Some(Action::Finish(_))),
-        "{steps:?}"
-    );
+    assert!(matches!(steps.last(), Some(Action::Finish(_))), "{steps:?}");
     counterexample(Variant::RenewInsideHook, "I2 no contradiction");
 }
 
@@ -176,7 +175,10 @@ fn steps_last_commit(steps: &[Action]) -> Action {
 
 #[test]
 fn a_guarantee_counted_from_the_answer_outlives_the_lease() {
-    let steps = counterexample(Variant::GuaranteeFromAnswer, "I3 guarantee within the lease");
+    let steps = counterexample(
+        Variant::GuaranteeFromAnswer,
+        "I3 guarantee within the lease",
+    );
     assert!(
         steps.iter().any(|a| matches!(a, Action::Answer(_))),
         "{steps:?}"

@@ -170,7 +170,10 @@ mod tests {
             after_answer(&leader, ClaimAnswer::Denied { holder: 1 }, 5, 4),
             Leadership::Follower { leader: Some(1) }
         );
-        assert_eq!(after_answer(&leader, ClaimAnswer::Unavailable, 5, 4), leader);
+        assert_eq!(
+            after_answer(&leader, ClaimAnswer::Unavailable, 5, 4),
+            leader
+        );
         let unknown: View = Leadership::Unknown;
         assert_eq!(
             after_answer(&unknown, ClaimAnswer::Unavailable, 5, 4),

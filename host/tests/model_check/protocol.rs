@@ -468,7 +468,11 @@ impl Protocol {
     }
 
     fn may_start_hook(&self, unit: &Unit) -> bool {
-        unit.up && unit.hook.is_none() && unit.queued && unit.commit.is_none() && unit.reply.is_none()
+        unit.up
+            && unit.hook.is_none()
+            && unit.queued
+            && unit.commit.is_none()
+            && unit.reply.is_none()
     }
 
     fn ask_is_leader(&self, s: &mut State, u: u8, hook: &mut Hook) {
@@ -534,7 +538,10 @@ impl Protocol {
                 after_answer(&unit.view, answer, sent_at, t.guarantee()),
                 sent + t.renew,
             ),
-            ClaimAnswer::Denied { .. } => (after_answer(&unit.view, answer, sent_at, 0), local + t.retry),
+            ClaimAnswer::Denied { .. } => (
+                after_answer(&unit.view, answer, sent_at, 0),
+                local + t.retry,
+            ),
             ClaimAnswer::Unavailable => {
                 let view = match self.variant {
                     Variant::TimeoutIsNotLeader => Leadership::Follower { leader: None },
@@ -845,7 +852,9 @@ impl Model for Protocol {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("I1 pinned answer", |_, s: &State| !s.broken(Broken::PinnedAnswer)),
+            Property::always("I1 pinned answer", |_, s: &State| {
+                !s.broken(Broken::PinnedAnswer)
+            }),
             Property::always("I2 no contradiction", |_, s: &State| {
                 !s.broken(Broken::Contradiction)
             }),
@@ -862,12 +871,14 @@ impl Model for Protocol {
                 !s.broken(Broken::TransientLost)
             }),
             Property::always("I6 durable", |_, s: &State| {
-                s.history.acked & !s.history.applied == 0
-                    && s.history.applied & s.store.queued == 0
+                s.history.acked & !s.history.applied == 0 && s.history.applied & s.store.queued == 0
             }),
-            Property::eventually("once faults stop, a unit leads and the hooks run", |m: &Protocol, s: &State| {
-                s.now >= m.faults_until && s.store.queued == 0 && some_unit_leads(s)
-            }),
+            Property::eventually(
+                "once faults stop, a unit leads and the hooks run",
+                |m: &Protocol, s: &State| {
+                    s.now >= m.faults_until && s.store.queued == 0 && some_unit_leads(s)
+                },
+            ),
             Property::sometimes("a leader's hook commits the pod spec", |_, s: &State| {
                 s.store.pod_spec.is_some()
             }),
