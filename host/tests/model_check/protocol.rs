@@ -3,11 +3,14 @@
 //! guarantee's deadline and commit with the fence, against a store holding the lease, the
 //! hook queue, the leader data and the pod spec.
 //!
-//! Time is whole ticks. The store's clock is the true one; each unit's clock may run slow,
-//! losing up to `max_drift` ticks (a fast clock only gives leadership up sooner). Every
-//! message (claim, answer, commit, reply) may be delayed or lost, and a unit's agent may
-//! crash and restart, until `faults_until`; from then on messages arrive before the clock
-//! moves and crashed agents restart at once, which is what the liveness property needs.
+//! Time is whole ticks. The store's clock is the true one; one unit's clock may run slow,
+//! losing up to `max_drift` ticks (a fast clock only gives leadership up sooner; the units
+//! are alike, so which one drifts is no matter). Until `faults_until`, every message
+//! (claim, answer, commit, reply) may be delayed, and, within the fault budget, lost; the
+//! store may answer a claim with a transient error; an agent may crash and restart. A claim
+//! the store has not handled when its claimant stops waiting is never handled. From
+//! `faults_until` on, messages arrive before the clock moves and crashed agents restart at
+//! once, which is what the liveness property needs.
 //!
 //! Whatever the tracker and the commit decide, the model decides with the code the host
 //! runs: `charm_model::leadership` for the tracker's view, its guarantee and pinning, and
@@ -175,7 +178,8 @@ pub struct CommitRequest {
 pub enum CommitReply {
     /// Applied (or applied already: the hook was no longer queued).
     Applied,
-    /// The fence no longer held.
+    /// Refused for leadership: the fence no longer held, or leader-only writes came
+    /// with no fence.
     Fenced,
     /// No answer.
     Unavailable,
