@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use charm_model::leadership::hook_may_continue;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -382,9 +383,9 @@ impl UnitAgent {
         };
         let result = match run.outcome {
             HookOutcome::Succeeded => {
+                // The same rule as the epoch deadline's, once more before the commit.
                 let expired = guarantee.as_ref().is_some_and(|g| {
-                    g.valid_until()
-                        .is_none_or(|until| Instant::now() + self.charm_margin() >= until)
+                    !hook_may_continue(g.valid_until(), Instant::now(), self.charm_margin())
                 });
                 if expired {
                     Err(Failure::Transient(

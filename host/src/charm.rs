@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use charm_model::leadership::hook_may_continue;
 use tokio::time::Instant;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, ComponentExportIndex, HasSelf, Linker, TypedFunc};
@@ -534,9 +535,9 @@ impl Charm {
                 Some(Interruption::TimedOut)
             } else {
                 // Each tick re-reads the guarantee: renewals move the deadline forward.
-                guarantee.as_ref().and_then(|g| match g.valid_until() {
-                    Some(until) if now + margin < until => None,
-                    _ => Some(Interruption::GuaranteeEnding),
+                guarantee.as_ref().and_then(|g| {
+                    (!hook_may_continue(g.valid_until(), now, margin))
+                        .then_some(Interruption::GuaranteeEnding)
                 })
             };
             match interruption {

@@ -42,6 +42,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 
+use charm_model::leadership::{
+    ClaimAnswer, after_answer, after_guarantee_end, guarantee_end, term_guarantee,
+};
+
 use crate::charm::GuaranteeWatch;
 use crate::store::{Claim, Fence, LeaseError, LeaseStore};
 
@@ -127,25 +131,8 @@ impl LeadershipConfig {
     }
 }
 
-/// What a unit knows of its application's leadership.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Leadership {
-    /// No answer from the store yet.
-    Unknown,
-    /// This unit leads with `term`, guaranteed until `guarantee_until`.
-    Leader {
-        /// The lease's term (the fencing token).
-        term: u64,
-        /// When the guarantee ends unless renewed.
-        guarantee_until: Instant,
-    },
-    /// Another unit leads (or, with `None`, this unit's guarantee ran out with no answer
-    /// from the store: it does not know who leads).
-    Follower {
-        /// The leader, when known.
-        leader: Option<String>,
-    },
-}
+/// What a unit knows of its application's leadership, on this host's clock.
+pub type Leadership = charm_model::leadership::Leadership<Instant>;
 
 /// A handle on a unit's leadership task.
 pub struct LeadershipTracker {
@@ -247,13 +234,7 @@ impl Drop for LeadershipTracker {
 /// The term a hook starting now may pin: this unit leads with more than `min_remaining` of
 /// guarantee left.
 fn pinnable_term(leadership: &Leadership, min_remaining: Duration) -> Option<u64> {
-    match *leadership {
-        Leadership::Leader {
-            term,
-            guarantee_until,
-        } if Instant::now() + min_remaining < guarantee_until => Some(term),
-        _ => None,
-    }
+    charm_model::leadership::pinnable_term(leadership, Instant::now(), min_remaining)
 }
 
 /// The guarantee of one term: ends if the unit loses or changes term.
@@ -264,13 +245,7 @@ struct TermGuarantee {
 
 impl GuaranteeWatch for TermGuarantee {
     fn valid_until(&self) -> Option<Instant> {
-        match *self.rx.borrow() {
-            Leadership::Leader {
-                term,
-                guarantee_until,
-            } if term == self.term => Some(guarantee_until),
-            _ => None,
-        }
+        term_guarantee(&self.rx.borrow(), self.term)
     }
 }
 
@@ -309,59 +284,55 @@ async fn renew_loop(
             ))),
         };
         let now = Instant::now();
-        let next = match answer {
+        // The transition itself is the shared rule; here only logging and the next claim.
+        let (answer, guarantee, next) = match answer {
             Ok(Claim::Held(lease)) => {
                 failures = 0;
-                let guarantee_until = sent_at + lease.duration.saturating_sub(config.drift_margin);
                 let was_leader =
                     matches!(*tx.borrow(), Leadership::Leader { term, .. } if term == lease.term);
                 if !was_leader {
                     tracing::info!(%unit, term = lease.term, "became leader of {app}");
                 }
-                tx.send_replace(Leadership::Leader {
-                    term: lease.term,
-                    guarantee_until,
-                });
-                sent_at + config.renew_interval
+                let guarantee = lease.duration.saturating_sub(config.drift_margin);
+                let held = ClaimAnswer::Held { term: lease.term };
+                (held, guarantee, sent_at + config.renew_interval)
             }
             Ok(Claim::Denied { holder, .. }) => {
                 failures = 0;
                 if matches!(*tx.borrow(), Leadership::Leader { .. }) {
                     tracing::warn!(%unit, "deposed: {holder} holds the lease of {app}");
                 }
-                tx.send_if_modified(|l| {
-                    let new = Leadership::Follower {
-                        leader: Some(holder),
-                    };
-                    if *l == new {
-                        false
-                    } else {
-                        *l = new;
-                        true
-                    }
-                });
-                now + config.retry_period.mul_f64(rng.random_range(0.75..=1.0))
+                let next = now + config.retry_period.mul_f64(rng.random_range(0.75..=1.0));
+                (ClaimAnswer::Denied { holder }, Duration::ZERO, next)
             }
             Err(LeaseError::Unavailable(why)) => {
                 failures += 1;
                 // Not an answer: leadership stays as it is until its guarantee ends.
                 tracing::debug!(%unit, failures, "lease store unavailable: {why}");
-                now + backoff(&config, failures, &mut rng)
+                let next = now + backoff(&config, failures, &mut rng);
+                (ClaimAnswer::Unavailable, Duration::ZERO, next)
             }
         };
+        tx.send_if_modified(|l| {
+            let new = after_answer(l, answer, sent_at, guarantee);
+            let changed = *l != new;
+            *l = new;
+            changed
+        });
         // Sleep until the next claim, waking at the guarantee's end to give leadership up
         // if no renewal arrived in time.
-        let guarantee_end = match *tx.borrow() {
-            Leadership::Leader {
-                guarantee_until, ..
-            } => Some(guarantee_until),
-            _ => None,
-        };
+        let guarantee_end = guarantee_end(&tx.borrow());
         match guarantee_end {
             Some(end) if end <= next => {
                 sleep_until(end).await;
                 tracing::warn!(%unit, "leadership guarantee of {app} ended with no renewal");
-                tx.send_replace(Leadership::Follower { leader: None });
+                tx.send_if_modified(|l| match after_guarantee_end(l, Instant::now()) {
+                    Some(ended) => {
+                        *l = ended;
+                        true
+                    }
+                    None => false,
+                });
                 sleep_until(next).await;
             }
             _ => sleep_until(next).await,

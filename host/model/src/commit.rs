@@ -105,13 +105,11 @@ pub fn commit<T: ModelTx + ?Sized>(
         return Err(not_found(format!("unit {unit}")).into());
     }
     match fence {
-        Some(f) => {
-            if !f.admits(unit, tx.live_lease(app)?.as_ref()) {
-                return Err(CommitError::Fenced { fence: f.clone() });
-            }
+        Some(f) if !f.admits(unit, tx.live_lease(app)?.as_ref()) => {
+            return Err(CommitError::Fenced { fence: f.clone() });
         }
         None if changes.needs_fence() => return Err(CommitError::Unfenced),
-        None => {}
+        _ => {}
     }
     // A unit writes only its application's bags, in relations it is in; those relations
     // route the follow-ups.
@@ -148,11 +146,11 @@ pub fn commit<T: ModelTx + ?Sized>(
     if let Some(status) = &changes.app_status {
         tx.set_app_status(app, status)?;
     }
-    if let Some(write) = &changes.pod_spec {
-        if let Some(revision) = tx.pod_spec_state(app, write)?.next_revision() {
-            tx.put_pod_spec(app, revision, write)?;
-            receipt.pod_spec_revision = Some(revision);
-        }
+    if let Some(write) = &changes.pod_spec
+        && let Some(revision) = tx.pod_spec_state(app, write)?.next_revision()
+    {
+        tx.put_pod_spec(app, revision, write)?;
+        receipt.pod_spec_revision = Some(revision);
     }
     let elected_term = match (changes.elected_term, fence) {
         (Some(term), _) => ElectedTerm::Set(term),

@@ -15,6 +15,7 @@
 pub mod access;
 pub mod commit;
 pub mod error;
+pub mod leadership;
 pub mod operations;
 pub mod podspec;
 pub mod records;

@@ -31,7 +31,7 @@ use crate::agent::{HookRecord, HookResultKind, RetryPolicy};
 use crate::controller::{Controller, ControllerConfig, HookObserver};
 use crate::leadership::{Leadership, LeadershipConfig};
 use crate::model::{Hook, RelationHook};
-use crate::store::faults::{FaultPlan, FaultyStore, Outage};
+use crate::store::faults::{FaultPlan, FaultyStore, Outage, WriteEvent, WriteHistory};
 use crate::store::{BoxFuture, MemoryStore, Store};
 use metrics::Metrics;
 use standin::{DiscourseStandIn, WorkModel};
@@ -243,15 +243,28 @@ fn plan_for(config: &SimConfig, horizon: Duration, rng: &mut StdRng) -> FaultPla
 
 /// Runs one simulation on its own single-threaded runtime with a paused clock.
 pub fn run(config: &SimConfig) -> Report {
+    run_recording(config, None)
+}
+
+/// Runs one simulation as [`run`] does, and returns with its report every leader-only
+/// commit's call and answer (leader data, pod spec, with the fence's term), in the order
+/// they happened, for a linearizability check.
+pub fn run_recording_writes(config: &SimConfig) -> (Report, Vec<WriteEvent>) {
+    let history = Arc::new(WriteHistory::default());
+    let report = run_recording(config, Some(history.clone()));
+    (report, history.events())
+}
+
+fn run_recording(config: &SimConfig, writes: Option<Arc<WriteHistory>>) -> Report {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime builds");
-    runtime.block_on(simulate(config))
+    runtime.block_on(simulate(config, writes))
 }
 
-async fn simulate(config: &SimConfig) -> Report {
+async fn simulate(config: &SimConfig, writes: Option<Arc<WriteHistory>>) -> Report {
     let mut rng = StdRng::seed_from_u64(config.seed);
     let per_unit = config.hooks.div_ceil(u64::from(config.units.max(1)));
     let horizon = Duration::from_secs_f64(per_unit as f64 * (THINK_MEAN + 0.5) + 120.0);
@@ -268,7 +281,11 @@ async fn simulate(config: &SimConfig) -> Report {
     ));
     let memory: Arc<dyn Store> = Arc::new(MemoryStore::new("sim"));
     let observer: Arc<dyn crate::store::faults::StoreObserver> = metrics.clone();
-    let store: Arc<dyn Store> = Arc::new(FaultyStore::new(memory, plan.clone(), Some(observer)));
+    let mut faulty = FaultyStore::new(memory, plan.clone(), Some(observer));
+    if let Some(writes) = writes {
+        faulty = faulty.with_write_history(writes);
+    }
+    let store: Arc<dyn Store> = Arc::new(faulty);
     let crash_seed: u64 = rng.random();
     let measured = match config.policy {
         Policy::Pinned => {

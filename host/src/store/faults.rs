@@ -12,8 +12,9 @@ use rand::{Rng, SeedableRng};
 use tokio::time::{Instant, sleep};
 
 use super::{
-    Claim, CommitFuture, CommitReceipt, Fence, HookCommit, Lease, LeaseError, LeaseFuture,
-    LeaseStore, ModelStatus, QueuedHook, StateStore, Store, StoreError, StoreFuture,
+    Claim, CommitError, CommitFuture, CommitReceipt, Committed, Fence, HookCommit, Lease,
+    LeaseError, LeaseFuture, LeaseStore, ModelStatus, QueuedHook, StateStore, Store, StoreError,
+    StoreFuture,
 };
 use crate::model::{
     ApplicationRecord, Changes, Hook, PodSpecRecord, RelationEndpoint, RelationRecord, UnitSnapshot,
@@ -130,6 +131,82 @@ pub trait StoreObserver: Send + Sync {
     );
 }
 
+/// One event of a hook's leader-only commit as its caller saw it: the call, or its answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteEvent {
+    /// A commit with leader data or a pod spec was sent.
+    Invoked {
+        /// The commit's number in the run: its answer carries the same.
+        op: u64,
+        /// The unit whose hook it is.
+        unit: String,
+        /// The fence's term.
+        term: Option<u64>,
+        /// Whether it sets the pod spec.
+        pod_spec: bool,
+    },
+    /// The store applied it; the pod spec's new revision, if the spec changed.
+    Committed {
+        /// The commit's number.
+        op: u64,
+        /// The new revision.
+        pod_spec_revision: Option<u64>,
+    },
+    /// The store refused it (the fence no longer held, or another check failed).
+    Refused {
+        /// The commit's number.
+        op: u64,
+    },
+    // A commit that got no answer has no event: it may or may not have been applied.
+}
+
+/// The leader-only writes of a run, in the order their calls and answers happened, for a
+/// linearizability check.
+#[derive(Debug, Default)]
+pub struct WriteHistory {
+    events: Mutex<Vec<WriteEvent>>,
+}
+
+impl WriteHistory {
+    /// The events so far.
+    pub fn events(&self) -> Vec<WriteEvent> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<WriteEvent>> {
+        self.events.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn invoked(&self, request: &HookCommit<'_>) -> Option<u64> {
+        let changes = request.changes;
+        if changes.leader_data.is_empty() && changes.pod_spec.is_none() {
+            return None;
+        }
+        let mut events = self.lock();
+        let op = events.len() as u64;
+        events.push(WriteEvent::Invoked {
+            op,
+            unit: request.unit.to_string(),
+            term: request.fence.map(|f| f.term),
+            pod_spec: changes.pod_spec.is_some(),
+        });
+        Some(op)
+    }
+
+    fn answered(&self, op: Option<u64>, answer: &Result<Committed, CommitError>) {
+        let Some(op) = op else { return };
+        let event = match answer {
+            Ok(committed) => WriteEvent::Committed {
+                op,
+                pod_spec_revision: committed.receipt.pod_spec_revision,
+            },
+            Err(CommitError::Store(_)) => return,
+            Err(_) => WriteEvent::Refused { op },
+        };
+        self.lock().push(event);
+    }
+}
+
 /// A store wrapped in faults.
 pub struct FaultyStore {
     inner: Arc<dyn Store>,
@@ -139,6 +216,8 @@ pub struct FaultyStore {
     observer: Option<Arc<dyn StoreObserver>>,
     /// An outage the caller starts and ends (`set_unreachable`), besides the plan's.
     unreachable: AtomicBool,
+    /// Where leader-only commits are recorded, if anywhere.
+    writes: Option<Arc<WriteHistory>>,
 }
 
 enum Fate {
@@ -163,7 +242,14 @@ impl FaultyStore {
             start: Instant::now(),
             observer,
             unreachable: AtomicBool::new(false),
+            writes: None,
         }
+    }
+
+    /// Records every leader-only commit's call and answer in `history`.
+    pub fn with_write_history(mut self, history: Arc<WriteHistory>) -> Self {
+        self.writes = Some(history);
+        self
     }
 
     /// Starts (`true`) or ends an outage now, whatever the plan says: every call the
@@ -310,34 +396,12 @@ impl StateStore for FaultyStore {
 
     fn commit_hook<'a>(&'a self, request: HookCommit<'a>) -> CommitFuture<'a> {
         Box::pin(async move {
-            let fate = if self.plan.commit_faults {
-                self.fate()
-            } else {
-                Fate::Answer(Duration::ZERO)
-            };
-            match fate {
-                Fate::Answer(latency) => {
-                    sleep(latency / 2).await;
-                    let answer = self.inner.commit_hook(request).await;
-                    if let (Ok(committed), Some(o)) = (&answer, &self.observer) {
-                        o.commit_accepted(
-                            request.unit,
-                            request.changes,
-                            request.fence,
-                            &committed.receipt,
-                        );
-                    }
-                    sleep(latency / 2).await;
-                    answer
-                }
-                // A commit that times out is not applied here. (Were it applied with the
-                // answer lost, the retried hook would find itself no longer queued and
-                // apply nothing: commits are idempotent.)
-                Fate::Hang | Fate::HangButApply => {
-                    Err(StoreError::Unavailable(self.hang().await).into())
-                }
-                Fate::Refuse => Err(StoreError::Unavailable("connection refused".into()).into()),
+            let op = self.writes.as_ref().and_then(|w| w.invoked(&request));
+            let answer = self.faulty_commit(request).await;
+            if let Some(writes) = &self.writes {
+                writes.answered(op, &answer);
             }
+            answer
         })
     }
 
@@ -351,6 +415,40 @@ impl StateStore for FaultyStore {
 
     fn status(&self) -> StoreFuture<'_, ModelStatus> {
         self.inner.status()
+    }
+}
+
+impl FaultyStore {
+    /// A commit, through the plan's faults.
+    async fn faulty_commit(&self, request: HookCommit<'_>) -> Result<Committed, CommitError> {
+        let fate = if self.plan.commit_faults {
+            self.fate()
+        } else {
+            Fate::Answer(Duration::ZERO)
+        };
+        match fate {
+            Fate::Answer(latency) => {
+                sleep(latency / 2).await;
+                let answer = self.inner.commit_hook(request).await;
+                if let (Ok(committed), Some(o)) = (&answer, &self.observer) {
+                    o.commit_accepted(
+                        request.unit,
+                        request.changes,
+                        request.fence,
+                        &committed.receipt,
+                    );
+                }
+                sleep(latency / 2).await;
+                answer
+            }
+            // A commit that times out is not applied here. (Were it applied with the
+            // answer lost, the retried hook would find itself no longer queued and
+            // apply nothing: commits are idempotent.)
+            Fate::Hang | Fate::HangButApply => {
+                Err(StoreError::Unavailable(self.hang().await).into())
+            }
+            Fate::Refuse => Err(StoreError::Unavailable("connection refused".into()).into()),
+        }
     }
 }
 
