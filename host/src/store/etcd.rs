@@ -50,14 +50,14 @@ use tokio::sync::Notify;
 
 use charm_model::error::not_found;
 use charm_model::tx::{AppView, ElectedTerm, ModelTx, PodSpecState, UnitUpdate};
-use charm_model::{commit, operations, snapshot, status};
+use charm_model::{commit, config, operations, removal, snapshot, status};
 
 use super::{
-    BoxFuture, Claim, CommitError, Committed, HookCommit, Lease, LeaseError, LeaseStore,
-    ModelStatus, QueuedHook, StateStore, StoreError,
+    AppRemoval, BoxFuture, Claim, CommitError, Committed, ConfigApplied, Deployed, HookCommit,
+    Lease, LeaseError, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, UnitDetails,
 };
 use crate::model::{
-    ApplicationRecord, Bag, BagWrites, Hook, LeaseHolder, PodSpecRecord, PodSpecWrite,
+    ApplicationRecord, Bag, BagWrites, ConfigValue, Hook, LeaseHolder, PodSpecRecord, PodSpecWrite,
     RelationEndpoint, RelationId, RelationRecord, SharedBag, Status, UnitRecord, UnitSnapshot,
     app_of, apply_writes,
 };
@@ -132,6 +132,12 @@ struct AppDoc {
     record: ApplicationRecord,
     next_unit: u32,
     units: Vec<String>,
+    /// Being removed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    dying: bool,
+    /// Its units being removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    dying_units: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -429,6 +435,14 @@ impl EtcdStore {
             .await
             .map_err(unavailable)?;
         Ok(resp.succeeded())
+    }
+
+    /// What an operator's change of the model reads: applications, units, their queues,
+    /// relations and leases (anything else is fetched as the change asks for it).
+    fn model_prefetch(&self) -> Vec<Read> {
+        ["apps/", "units/", "queues/", "relations/", "leases/"]
+            .map(|p| Read::Prefix(self.key(p)))
+            .to_vec()
     }
 
     fn contended(what: &str) -> StoreError {
@@ -987,6 +1001,144 @@ impl StateStore for EtcdStore {
         })
     }
 
+    fn deploy<'a>(
+        &'a self,
+        app: ApplicationRecord,
+        units: u32,
+    ) -> BoxFuture<'a, Result<Deployed, StoreError>> {
+        Box::pin(async move {
+            let mut prefetch = self.model_prefetch();
+            prefetch.push(Read::Key(self.key("next-relation")));
+            self.step(&format!("deploying {}", app.name), prefetch, |tx| {
+                operations::deploy(tx, app.clone(), units)
+            })
+            .await
+        })
+    }
+
+    fn add_units<'a>(
+        &'a self,
+        app: &'a str,
+        count: u32,
+    ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(async move {
+            self.step(
+                &format!("adding units to {app}"),
+                self.model_prefetch(),
+                |tx| operations::add_units(tx, app, count),
+            )
+            .await
+        })
+    }
+
+    fn remove_units<'a>(
+        &'a self,
+        units: Vec<String>,
+    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+        Box::pin(async move {
+            self.step("removing units", self.model_prefetch(), |tx| {
+                removal::remove_units(tx, &units)
+            })
+            .await
+        })
+    }
+
+    fn unit_details<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitDetails, StoreError>> {
+        Box::pin(async move {
+            self.step(&format!("details of {unit}"), self.model_prefetch(), |tx| {
+                snapshot::unit_details(tx, &self.model, unit)
+            })
+            .await
+        })
+    }
+
+    fn resolve_unit<'a>(
+        &'a self,
+        unit: &'a str,
+        retry: bool,
+    ) -> BoxFuture<'a, Result<Option<Hook>, StoreError>> {
+        Box::pin(async move {
+            let prefetch = vec![
+                Read::Key(self.unit_key(unit)),
+                Read::Key(self.queue_key(unit)),
+            ];
+            self.step(&format!("resolving {unit}"), prefetch, |tx| {
+                operations::resolve_unit(tx, unit, retry)
+            })
+            .await
+        })
+    }
+
+    fn set_config<'a>(
+        &'a self,
+        app: &'a str,
+        set: BTreeMap<String, ConfigValue>,
+        reset: Vec<String>,
+    ) -> BoxFuture<'a, Result<ConfigApplied, StoreError>> {
+        Box::pin(async move {
+            let prefetch = vec![
+                Read::Key(self.app_key(app)),
+                Read::Prefix(self.key("units/")),
+                Read::Prefix(self.key("queues/")),
+            ];
+            self.step(&format!("config of {app}"), prefetch, |tx| {
+                config::set_config(tx, app, &set, &reset)
+            })
+            .await
+        })
+    }
+
+    fn relate<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
+        Box::pin(async move {
+            self.step("relating", self.model_prefetch(), |tx| {
+                operations::relate(tx, a, b)
+            })
+            .await
+        })
+    }
+
+    fn remove_unit<'a>(
+        &'a self,
+        unit: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+        Box::pin(async move {
+            self.step(&format!("removing {unit}"), self.model_prefetch(), |tx| {
+                removal::remove_unit(tx, unit)
+            })
+            .await
+        })
+    }
+
+    fn remove_relation<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
+        Box::pin(async move {
+            self.step("removing a relation", self.model_prefetch(), |tx| {
+                removal::remove_relation(tx, a, b)
+            })
+            .await
+        })
+    }
+
+    fn remove_application<'a>(
+        &'a self,
+        app: &'a str,
+        force: bool,
+    ) -> BoxFuture<'a, Result<AppRemoval, StoreError>> {
+        Box::pin(async move {
+            self.step(&format!("removing {app}"), self.model_prefetch(), |tx| {
+                removal::remove_application(tx, app, force)
+            })
+            .await
+        })
+    }
+
     fn queue_signal(self: Arc<Self>, unit: &str) -> Option<Arc<Notify>> {
         if self.watching.set(()).is_ok() {
             self.start_watch();
@@ -1016,8 +1168,8 @@ struct EtcdTx<'s> {
     created: BTreeSet<String>,
     /// The fence's lease key and term, if the operation checked a lease.
     lease_terms: BTreeMap<String, i64>,
-    /// Buffered writes, by key.
-    writes: BTreeMap<String, Vec<u8>>,
+    /// Buffered writes, by key: a value to put, or `None` to delete.
+    writes: BTreeMap<String, Option<Vec<u8>>>,
     /// Hooks queued so far in this run of the operation.
     queued: usize,
 }
@@ -1074,7 +1226,7 @@ impl<'s> EtcdTx<'s> {
     /// The value of `key` as this step sees it: its own write, or what was fetched.
     fn get(&mut self, key: &str) -> Option<Vec<u8>> {
         if let Some(v) = self.writes.get(key) {
-            return Some(v.clone());
+            return v.clone();
         }
         if let Some(p) = self.covering_prefix(key).cloned() {
             self.used_prefixes.insert(p);
@@ -1107,7 +1259,10 @@ impl<'s> EtcdTx<'s> {
             .range(prefix.to_string()..)
             .take_while(|(k, _)| k.starts_with(prefix))
         {
-            found.insert(k.clone(), v.clone());
+            match v {
+                Some(v) => found.insert(k.clone(), v.clone()),
+                None => found.remove(k),
+            };
         }
         found.into_iter().collect()
     }
@@ -1117,7 +1272,31 @@ impl<'s> EtcdTx<'s> {
     }
 
     fn put<T: Serialize>(&mut self, key: String, value: &T) {
-        self.writes.insert(key, encode(value));
+        self.writes.insert(key, Some(encode(value)));
+    }
+
+    fn delete(&mut self, key: String) {
+        self.writes.insert(key, None);
+    }
+
+    /// Deletes every key under `prefix` this step sees.
+    fn delete_under(&mut self, prefix: &str) {
+        for (key, _) in self.scan(prefix) {
+            self.delete(key);
+        }
+    }
+
+    fn update_app_doc(
+        &mut self,
+        app: &str,
+        update: impl FnOnce(&mut AppDoc),
+    ) -> Result<(), StoreError> {
+        let mut doc = self
+            .app_doc(app)?
+            .ok_or_else(|| not_found(format!("application {app}")))?;
+        update(&mut doc);
+        self.put(self.store.app_key(app), &doc);
+        Ok(())
     }
 
     fn create<T: Serialize>(&mut self, key: String, value: &T) {
@@ -1203,12 +1382,110 @@ impl<'s> EtcdTx<'s> {
     fn ops(&self) -> Vec<TxnOp> {
         self.writes
             .iter()
-            .map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None))
+            .map(|(k, v)| match v {
+                Some(v) => TxnOp::put(k.as_str(), v.clone(), None),
+                None => TxnOp::delete(k.as_str(), None),
+            })
             .collect()
     }
 }
 
 impl ModelTx for EtcdTx<'_> {
+    fn application(&mut self, app: &str) -> Result<Option<ApplicationRecord>, StoreError> {
+        Ok(self.app_doc(app)?.map(|d| d.record))
+    }
+
+    fn app_dying(&mut self, app: &str) -> Result<bool, StoreError> {
+        Ok(self.app_doc(app)?.is_some_and(|d| d.dying))
+    }
+
+    fn dying_units(&mut self, app: &str) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .app_doc(app)?
+            .map(|d| d.dying_units)
+            .unwrap_or_default())
+    }
+
+    fn queued_hook(&mut self, unit: &str, seq: u64) -> Result<Option<Hook>, StoreError> {
+        Ok(self
+            .queue(unit)?
+            .into_iter()
+            .find(|e| e.seq == seq)
+            .map(|e| e.hook))
+    }
+
+    fn set_app_config(
+        &mut self,
+        app: &str,
+        config: &BTreeMap<String, ConfigValue>,
+    ) -> Result<(), StoreError> {
+        self.update_app_doc(app, |doc| doc.record.config = config.clone())
+    }
+
+    fn set_app_dying(&mut self, app: &str) -> Result<(), StoreError> {
+        self.update_app_doc(app, |doc| doc.dying = true)
+    }
+
+    fn set_unit_dying(&mut self, unit: &str) -> Result<(), StoreError> {
+        self.update_app_doc(app_of(unit), |doc| {
+            if !doc.dying_units.iter().any(|u| u == unit) {
+                doc.dying_units.push(unit.to_string());
+            }
+        })
+    }
+
+    fn set_relation_dying(&mut self, id: RelationId) -> Result<(), StoreError> {
+        let key = self.store.relation_key(id);
+        let mut record: RelationRecord = self
+            .doc(&key)?
+            .ok_or_else(|| not_found(format!("relation {id}")))?;
+        record.dying = true;
+        self.put(key, &record);
+        Ok(())
+    }
+
+    fn release_lease(&mut self, app: &str) -> Result<(), StoreError> {
+        // The key's etcd lease lapses on its own; a later claim creates the key again
+        // with a higher create revision, so terms still grow.
+        self.delete(self.store.lease_key(app));
+        Ok(())
+    }
+
+    fn delete_unit(&mut self, unit: &str) -> Result<(), StoreError> {
+        let app = app_of(unit);
+        self.update_app_doc(app, |doc| {
+            doc.units.retain(|u| u != unit);
+            doc.dying_units.retain(|u| u != unit);
+        })?;
+        for rel in self.relations_of(app)? {
+            self.delete(self.store.unit_bag_key(rel.id, unit));
+        }
+        self.delete(self.store.unit_key(unit));
+        self.delete(self.store.queue_key(unit));
+        Ok(())
+    }
+
+    fn delete_relation(&mut self, id: RelationId) -> Result<(), StoreError> {
+        self.delete_under(&self.store.bags_prefix(id));
+        self.delete(self.store.relation_key(id));
+        Ok(())
+    }
+
+    fn delete_application(&mut self, app: &str) -> Result<(), StoreError> {
+        for rel in self.relations_of(app)? {
+            self.delete(self.store.app_bag_key(rel.id, app));
+        }
+        for key in [
+            self.store.app_key(app),
+            self.store.leader_data_key(app),
+            self.store.app_status_key(app),
+            self.store.pod_spec_key(app),
+        ] {
+            self.delete(key);
+        }
+        Ok(())
+    }
+
     fn app_charms(&mut self) -> Result<Vec<(String, String)>, StoreError> {
         let apps = self.scan(&self.store.key("apps/"));
         apps.iter()
@@ -1348,6 +1625,8 @@ impl ModelTx for EtcdTx<'_> {
             record,
             next_unit: 0,
             units: Vec::new(),
+            dying: false,
+            dying_units: Vec::new(),
         };
         self.create(key, &doc);
         Ok(())
@@ -1443,6 +1722,15 @@ impl ModelTx for EtcdTx<'_> {
         let mut queue = self.queue(unit)?;
         queue.retain(|e| e.seq != seq);
         self.put(self.store.queue_key(unit), &queue);
+        Ok(())
+    }
+
+    fn drop_first_queued(&mut self, unit: &str) -> Result<(), StoreError> {
+        let mut queue = self.queue(unit)?;
+        if !queue.is_empty() {
+            queue.remove(0);
+            self.put(self.store.queue_key(unit), &queue);
+        }
         Ok(())
     }
 

@@ -12,11 +12,13 @@ use rand::{Rng, SeedableRng};
 use tokio::time::{Instant, sleep};
 
 use super::{
-    BoxFuture, Claim, CommitError, CommitReceipt, Committed, Fence, HookCommit, Lease, LeaseError,
-    LeaseStore, ModelStatus, QueuedHook, StateStore, Store, StoreError,
+    AppRemoval, BoxFuture, Claim, CommitError, CommitReceipt, Committed, ConfigApplied, Deployed,
+    Fence, HookCommit, Lease, LeaseError, LeaseStore, ModelStatus, QueuedHook, StateStore, Store,
+    StoreError, UnitDetails,
 };
 use crate::model::{
-    ApplicationRecord, Changes, Hook, PodSpecRecord, RelationEndpoint, RelationRecord, UnitSnapshot,
+    ApplicationRecord, Changes, ConfigValue, Hook, PodSpecRecord, RelationEndpoint, RelationRecord,
+    UnitSnapshot,
 };
 
 /// A window, from the start of the run, in which the store answers nothing.
@@ -376,6 +378,81 @@ impl StateStore for FaultyStore {
 
     fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>> {
         self.inner.status()
+    }
+
+    fn deploy<'a>(
+        &'a self,
+        app: ApplicationRecord,
+        units: u32,
+    ) -> BoxFuture<'a, Result<Deployed, StoreError>> {
+        self.inner.deploy(app, units)
+    }
+
+    fn unit_details<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitDetails, StoreError>> {
+        self.inner.unit_details(unit)
+    }
+
+    fn resolve_unit<'a>(
+        &'a self,
+        unit: &'a str,
+        retry: bool,
+    ) -> BoxFuture<'a, Result<Option<Hook>, StoreError>> {
+        self.inner.resolve_unit(unit, retry)
+    }
+
+    fn set_config<'a>(
+        &'a self,
+        app: &'a str,
+        set: BTreeMap<String, ConfigValue>,
+        reset: Vec<String>,
+    ) -> BoxFuture<'a, Result<ConfigApplied, StoreError>> {
+        self.inner.set_config(app, set, reset)
+    }
+
+    fn relate<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
+        self.inner.relate(a, b)
+    }
+
+    fn add_units<'a>(
+        &'a self,
+        app: &'a str,
+        count: u32,
+    ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        self.inner.add_units(app, count)
+    }
+
+    fn remove_units<'a>(
+        &'a self,
+        units: Vec<String>,
+    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+        self.inner.remove_units(units)
+    }
+
+    fn remove_unit<'a>(
+        &'a self,
+        unit: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+        self.inner.remove_unit(unit)
+    }
+
+    fn remove_relation<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
+        self.inner.remove_relation(a, b)
+    }
+
+    fn remove_application<'a>(
+        &'a self,
+        app: &'a str,
+        force: bool,
+    ) -> BoxFuture<'a, Result<AppRemoval, StoreError>> {
+        self.inner.remove_application(app, force)
     }
 }
 

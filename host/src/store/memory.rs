@@ -9,16 +9,16 @@ use tokio::time::Instant;
 
 use charm_model::error::not_found;
 use charm_model::tx::{AppView, ElectedTerm, ModelTx, PodSpecState, UnitUpdate};
-use charm_model::{commit, operations, snapshot, status};
+use charm_model::{commit, config, operations, removal, snapshot, status};
 
 use super::{
-    BoxFuture, Claim, CommitError, Committed, HookCommit, Lease, LeaseError, LeaseStore,
-    ModelStatus, QueuedHook, StateStore, StoreError,
+    AppRemoval, BoxFuture, Claim, CommitError, Committed, ConfigApplied, Deployed, HookCommit,
+    Lease, LeaseError, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, UnitDetails,
 };
 use crate::model::{
-    ApplicationRecord, BagWrites, Hook, LeaseHolder, PodSpecRecord, PodSpecWrite, RelationEndpoint,
-    RelationId, RelationRecord, SharedBag, SharedConfig, Status, UnitRecord, UnitSnapshot,
-    apply_writes,
+    ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, PodSpecRecord, PodSpecWrite,
+    RelationEndpoint, RelationId, RelationRecord, SharedBag, SharedConfig, Status, UnitRecord,
+    UnitSnapshot, apply_writes,
 };
 
 #[derive(Debug, Clone)]
@@ -31,6 +31,8 @@ struct LeaseEntry {
 #[derive(Debug, Default)]
 struct UnitEntry {
     record: UnitRecord,
+    /// Being removed.
+    dying: bool,
     /// Queued hooks, by sequence number.
     queue: Vec<(u64, Hook)>,
 }
@@ -49,6 +51,8 @@ struct AppEntry {
     /// hook hands the commit this same shared write, which is then known unchanged without
     /// comparing the JSON trees.
     pod_spec_write: Option<Arc<PodSpecWrite>>,
+    /// Being removed.
+    dying: bool,
 }
 
 #[derive(Debug)]
@@ -167,6 +171,106 @@ impl MemoryTx<'_> {
 }
 
 impl ModelTx for MemoryTx<'_> {
+    fn application(&mut self, app: &str) -> Result<Option<ApplicationRecord>, StoreError> {
+        Ok(self.inner.apps.get(app).map(|a| a.record.clone()))
+    }
+
+    fn app_dying(&mut self, app: &str) -> Result<bool, StoreError> {
+        Ok(self.inner.apps.get(app).is_some_and(|a| a.dying))
+    }
+
+    fn dying_units(&mut self, app: &str) -> Result<Vec<String>, StoreError> {
+        let Some(a) = self.inner.apps.get(app) else {
+            return Ok(Vec::new());
+        };
+        Ok(a.units
+            .iter()
+            .filter(|u| self.inner.units.get(*u).is_some_and(|e| e.dying))
+            .cloned()
+            .collect())
+    }
+
+    fn queued_hook(&mut self, unit: &str, seq: u64) -> Result<Option<Hook>, StoreError> {
+        Ok(self.inner.units.get(unit).and_then(|u| {
+            u.queue
+                .iter()
+                .find(|(s, _)| *s == seq)
+                .map(|(_, h)| h.clone())
+        }))
+    }
+
+    fn set_app_config(
+        &mut self,
+        app: &str,
+        config: &BTreeMap<String, ConfigValue>,
+    ) -> Result<(), StoreError> {
+        let a = self.app_mut(app)?;
+        a.record.config = config.clone();
+        a.config = Arc::new(a.record.effective_config());
+        Ok(())
+    }
+
+    fn set_app_dying(&mut self, app: &str) -> Result<(), StoreError> {
+        self.app_mut(app)?.dying = true;
+        Ok(())
+    }
+
+    fn set_unit_dying(&mut self, unit: &str) -> Result<(), StoreError> {
+        self.unit_mut(unit)?.dying = true;
+        Ok(())
+    }
+
+    fn set_relation_dying(&mut self, id: RelationId) -> Result<(), StoreError> {
+        let rel = self.relation_mut(id)?;
+        Arc::make_mut(&mut rel.record).dying = true;
+        Ok(())
+    }
+
+    fn release_lease(&mut self, app: &str) -> Result<(), StoreError> {
+        // `last_term` keeps the term, so the next leader's is higher.
+        self.inner.leases.remove(app);
+        Ok(())
+    }
+
+    fn delete_unit(&mut self, unit: &str) -> Result<(), StoreError> {
+        let app = crate::model::app_of(unit).to_string();
+        self.inner.units.remove(unit);
+        self.app_mut(&app)?.units.retain(|u| u != unit);
+        let ids = self
+            .inner
+            .app_relations
+            .get(&app)
+            .cloned()
+            .unwrap_or_default();
+        for id in ids {
+            if let Some(rel) = self.inner.relations.get_mut(&id) {
+                rel.unit_bags.remove(unit);
+            }
+        }
+        Ok(())
+    }
+
+    fn delete_relation(&mut self, id: RelationId) -> Result<(), StoreError> {
+        if let Some(rel) = self.inner.relations.remove(&id) {
+            for e in &rel.record.endpoints {
+                if let Some(ids) = self.inner.app_relations.get_mut(&e.app) {
+                    ids.retain(|i| *i != id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn delete_application(&mut self, app: &str) -> Result<(), StoreError> {
+        self.inner.apps.remove(app);
+        for id in self.inner.app_relations.remove(app).unwrap_or_default() {
+            if let Some(rel) = self.inner.relations.get_mut(&id) {
+                rel.app_bags.remove(app);
+            }
+        }
+        Ok(())
+    }
+
     fn app_charms(&mut self) -> Result<Vec<(String, String)>, StoreError> {
         Ok(self
             .inner
@@ -301,6 +405,7 @@ impl ModelTx for MemoryTx<'_> {
                 status: Status::default(),
                 pod_spec: None,
                 pod_spec_write: None,
+                dying: false,
             },
         );
         Ok(())
@@ -409,6 +514,14 @@ impl ModelTx for MemoryTx<'_> {
 
     fn dequeue(&mut self, unit: &str, seq: u64) -> Result<(), StoreError> {
         self.unit_mut(unit)?.queue.retain(|(s, _)| *s != seq);
+        Ok(())
+    }
+
+    fn drop_first_queued(&mut self, unit: &str) -> Result<(), StoreError> {
+        let queue = &mut self.unit_mut(unit)?.queue;
+        if !queue.is_empty() {
+            queue.remove(0);
+        }
         Ok(())
     }
 
@@ -617,5 +730,80 @@ impl StateStore for MemoryStore {
 
     fn status(&self) -> BoxFuture<'_, Result<ModelStatus, StoreError>> {
         Box::pin(async move { self.step(|tx| status::status(tx)) })
+    }
+
+    fn deploy<'a>(
+        &'a self,
+        app: ApplicationRecord,
+        units: u32,
+    ) -> BoxFuture<'a, Result<Deployed, StoreError>> {
+        Box::pin(async move { self.step(|tx| operations::deploy(tx, app, units)) })
+    }
+
+    fn add_units<'a>(
+        &'a self,
+        app: &'a str,
+        count: u32,
+    ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(async move { self.step(|tx| operations::add_units(tx, app, count)) })
+    }
+
+    fn remove_units<'a>(
+        &'a self,
+        units: Vec<String>,
+    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+        Box::pin(async move { self.step(|tx| removal::remove_units(tx, &units)) })
+    }
+
+    fn unit_details<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitDetails, StoreError>> {
+        Box::pin(async move { self.step(|tx| snapshot::unit_details(tx, &self.model, unit)) })
+    }
+
+    fn resolve_unit<'a>(
+        &'a self,
+        unit: &'a str,
+        retry: bool,
+    ) -> BoxFuture<'a, Result<Option<Hook>, StoreError>> {
+        Box::pin(async move { self.step(|tx| operations::resolve_unit(tx, unit, retry)) })
+    }
+
+    fn set_config<'a>(
+        &'a self,
+        app: &'a str,
+        set: BTreeMap<String, ConfigValue>,
+        reset: Vec<String>,
+    ) -> BoxFuture<'a, Result<ConfigApplied, StoreError>> {
+        Box::pin(async move { self.step(|tx| config::set_config(tx, app, &set, &reset)) })
+    }
+
+    fn relate<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
+        Box::pin(async move { self.step(|tx| operations::relate(tx, a, b)) })
+    }
+
+    fn remove_unit<'a>(
+        &'a self,
+        unit: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>> {
+        Box::pin(async move { self.step(|tx| removal::remove_unit(tx, unit)) })
+    }
+
+    fn remove_relation<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>> {
+        Box::pin(async move { self.step(|tx| removal::remove_relation(tx, a, b)) })
+    }
+
+    fn remove_application<'a>(
+        &'a self,
+        app: &'a str,
+        force: bool,
+    ) -> BoxFuture<'a, Result<AppRemoval, StoreError>> {
+        Box::pin(async move { self.step(|tx| removal::remove_application(tx, app, force)) })
     }
 }

@@ -20,8 +20,8 @@ pub use lease::{Claim, Lease, LeaseError, LeaseStore};
 pub use memory::MemoryStore;
 pub use sqlite::SqliteStore;
 pub use state::{
-    AppStatusRow, CommitError, CommitReceipt, Committed, Fence, HookCommit, ModelStatus,
-    StateStore, StoreError, UnitStatusRow,
+    AppRemoval, AppStatusRow, CommitError, CommitReceipt, Committed, ConfigApplied, Deployed,
+    Fence, HookCommit, ModelStatus, StateStore, StoreError, UnitDetails, UnitStatusRow,
 };
 
 use std::future::Future;

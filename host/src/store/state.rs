@@ -1,12 +1,17 @@
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::sync::Notify;
 
 use super::BoxFuture;
+pub use charm_model::config::ConfigApplied;
+pub use charm_model::operations::Deployed;
+pub use charm_model::removal::AppRemoval;
+pub use charm_model::snapshot::UnitDetails;
 pub use charm_model::status::{AppStatusRow, ModelStatus, UnitStatusRow};
 use charm_model::{
-    ApplicationRecord, Changes, Hook, PodSpecRecord, QueuedHook, RelationEndpoint, RelationRecord,
-    UnitSnapshot,
+    ApplicationRecord, Changes, ConfigValue, Hook, PodSpecRecord, QueuedHook, RelationEndpoint,
+    RelationRecord, UnitSnapshot,
 };
 pub use charm_model::{CommitError, CommitReceipt, Committed, Fence, HookCommit, StoreError};
 
@@ -45,6 +50,83 @@ pub trait StateStore: Send + Sync {
         interface: &'a str,
         endpoints: Vec<RelationEndpoint>,
     ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>>;
+
+    /// Deploys an application with `units` units and its peer relations, its settings
+    /// typed and checked against its charm's options, in one step
+    /// ([`charm_model::operations::deploy`]).
+    fn deploy<'a>(
+        &'a self,
+        app: ApplicationRecord,
+        units: u32,
+    ) -> BoxFuture<'a, Result<Deployed, StoreError>>;
+
+    /// A unit as `show-unit` shows it, read in one step
+    /// ([`charm_model::snapshot::unit_details`]).
+    fn unit_details<'a>(&'a self, unit: &'a str) -> BoxFuture<'a, Result<UnitDetails, StoreError>>;
+
+    /// Resolves a unit in error: its failed hook runs again, or is skipped unless `retry`
+    /// ([`charm_model::operations::resolve_unit`]). Returns that hook.
+    fn resolve_unit<'a>(
+        &'a self,
+        unit: &'a str,
+        retry: bool,
+    ) -> BoxFuture<'a, Result<Option<Hook>, StoreError>>;
+
+    /// Sets and resets options of `app`, typed and checked against its charm's, and queues
+    /// config-changed on its units if its config changed, in one step
+    /// ([`charm_model::config::set_config`]).
+    fn set_config<'a>(
+        &'a self,
+        app: &'a str,
+        set: BTreeMap<String, ConfigValue>,
+        reset: Vec<String>,
+    ) -> BoxFuture<'a, Result<ConfigApplied, StoreError>>;
+
+    /// Relates the endpoints `a` and `b` name (`app[:endpoint]`) and queues the hooks that
+    /// fires, in one step ([`charm_model::operations::relate`]).
+    fn relate<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>>;
+
+    /// Adds `count` units of `app`, with their hooks, in one step
+    /// ([`charm_model::operations::add_units`]).
+    fn add_units<'a>(
+        &'a self,
+        app: &'a str,
+        count: u32,
+    ) -> BoxFuture<'a, Result<Vec<String>, StoreError>>;
+
+    /// Starts removing units (all or none), in one step
+    /// ([`charm_model::removal::remove_units`]).
+    fn remove_units<'a>(
+        &'a self,
+        units: Vec<String>,
+    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>>;
+
+    /// Starts removing a unit: marks it dying and queues Juju's removal hooks, in one step
+    /// ([`charm_model::removal::remove_unit`]).
+    fn remove_unit<'a>(
+        &'a self,
+        unit: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<QueuedHook>, StoreError>>;
+
+    /// Starts removing the relation between `a` and `b` (`app[:endpoint]`), in one step
+    /// ([`charm_model::removal::remove_relation`]).
+    fn remove_relation<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> BoxFuture<'a, Result<(RelationRecord, Vec<QueuedHook>), StoreError>>;
+
+    /// Starts removing an application, with its relations if `force`, in one step
+    /// ([`charm_model::removal::remove_application`]).
+    fn remove_application<'a>(
+        &'a self,
+        app: &'a str,
+        force: bool,
+    ) -> BoxFuture<'a, Result<AppRemoval, StoreError>>;
 
     /// Queues hooks, each on its unit, and returns those queued, coalescing as
     /// [`charm_model::operations::enqueue`] does.
