@@ -2146,6 +2146,151 @@ async fn relate_resolves_endpoints_by_interface_and_role(store: &dyn Store) {
     );
 }
 
+async fn deploy_adds_units_and_peer_relations_in_one_step(store: &dyn Store) {
+    let mut web = app(
+        "web",
+        vec![
+            endpoint("db", RelationRole::Requires, "pgsql"),
+            endpoint("cluster", RelationRole::Peers, "web-peers"),
+        ],
+    );
+    web.config = texts(&[("port", "8080")]);
+    let deployed = store.deploy(web.clone(), 2).await.unwrap();
+    assert_eq!(deployed.units, ["web/0", "web/1"]);
+    assert_eq!(deployed.relations.len(), 1);
+    assert_eq!(deployed.relations[0].endpoints, [side("web", "cluster")]);
+    // Settings are typed as the charm declares them.
+    assert_eq!(
+        store.application("web").await.unwrap().config,
+        BTreeMap::from([("port".to_string(), ConfigValue::Int(8080))])
+    );
+    let queue = hooks_of(&store.queued("web/1").await.unwrap());
+    assert_eq!(
+        queue[..3],
+        [Hook::Install, Hook::ConfigChanged, Hook::Start]
+    );
+    let p = deployed.relations[0].id;
+    assert!(queue.contains(&Hook::RelationJoined(about(
+        p,
+        "cluster",
+        "web",
+        Some("web/0")
+    ))));
+
+    let before = fingerprint(store).await;
+    let refuse = |e: StoreError| {
+        assert!(
+            matches!(e, StoreError::Invalid(_) | StoreError::AlreadyExists(_)),
+            "{e:?}"
+        )
+    };
+    refuse(store.deploy(web.clone(), 1).await.unwrap_err());
+    let mut bad = web.clone();
+    bad.name = "Web".into();
+    refuse(store.deploy(bad, 1).await.unwrap_err());
+    let mut bad = web.clone();
+    bad.name = "web2".into();
+    bad.config = texts(&[("port", "eighty")]);
+    refuse(store.deploy(bad, 1).await.unwrap_err());
+    refuse(store.add_units("web", 0).await.unwrap_err());
+    assert_eq!(
+        store.add_units("nope", 1).await.unwrap_err(),
+        StoreError::NotFound("application nope".into())
+    );
+    // All the named units or none.
+    assert_eq!(
+        store
+            .remove_units(vec!["web/0".into(), "web/7".into()])
+            .await
+            .unwrap_err(),
+        StoreError::NotFound("unit web/7".into())
+    );
+    refuse(
+        store
+            .remove_units(vec!["web/0".into(), "web/0".into()])
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        fingerprint(store).await,
+        before,
+        "a refused change changed the model"
+    );
+    assert_eq!(store.add_units("web", 2).await.unwrap(), ["web/2", "web/3"]);
+}
+
+async fn show_unit_and_resolved(store: &dyn Store) {
+    let m = deploy(store).await;
+    settle(store).await;
+    let fence = hold(store, "web", "web/0", LONG).await;
+    store
+        .commit("web/0", None, &leader_hook(&m), Some(&fence))
+        .await
+        .unwrap();
+    let details = store.unit_details("web/0").await.unwrap();
+    assert!(details.leader);
+    assert!(!details.dying);
+    assert_eq!(details.workload_version, "1.2.3");
+    assert_eq!(details.snapshot.leader_data["secret"], "s3cret");
+    assert_eq!(details.snapshot.stored["installed"], "yes");
+    assert_eq!(
+        details.snapshot.relations[&m.web_db.id].unit_bags["web/0"]["host"],
+        "web-0"
+    );
+    assert_eq!(details.hook_error, None);
+    assert_eq!(
+        store.unit_details("web/9").await.unwrap_err(),
+        StoreError::NotFound("unit web/9".into())
+    );
+
+    // Not in error: nothing to resolve, and nothing changes.
+    let before = fingerprint(store).await;
+    let err = store.resolve_unit("web/1", true).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Invalid(m) if m.contains("web/1") && m.contains("not in error")),
+        "{err:?}"
+    );
+    assert_eq!(fingerprint(store).await, before);
+
+    // In error on its first queued hook: retried, it stays queued; skipped, it goes.
+    settle(store).await;
+    store
+        .enqueue(vec![
+            on("web/1", Hook::UpdateStatus),
+            on("web/1", Hook::ConfigChanged),
+        ])
+        .await
+        .unwrap();
+    store
+        .set_hook_error("web/1", Some("hook failed: \"update-status\"".into()))
+        .await
+        .unwrap();
+    let details = store.unit_details("web/1").await.unwrap();
+    assert_eq!(details.queued, [Hook::UpdateStatus, Hook::ConfigChanged]);
+    assert!(details.hook_error.unwrap().contains("update-status"));
+    assert_eq!(
+        store.resolve_unit("web/1", true).await.unwrap(),
+        Some(Hook::UpdateStatus)
+    );
+    let details = store.unit_details("web/1").await.unwrap();
+    assert_eq!(details.hook_error, None);
+    assert_eq!(details.queued, [Hook::UpdateStatus, Hook::ConfigChanged]);
+    store
+        .set_hook_error("web/1", Some("failed again".into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.resolve_unit("web/1", false).await.unwrap(),
+        Some(Hook::UpdateStatus)
+    );
+    let details = store.unit_details("web/1").await.unwrap();
+    assert_eq!(details.hook_error, None);
+    assert_eq!(details.queued, [Hook::ConfigChanged]);
+    // A unit being removed says so.
+    store.remove_unit("web/2").await.unwrap();
+    assert!(store.unit_details("web/2").await.unwrap().dying);
+}
+
 // ---------------------------------------------------------------- the suite, per backend
 
 macro_rules! contract {
@@ -2227,6 +2372,8 @@ contract! {
     remove_relation_departs_then_breaks_then_drops_its_bags,
     remove_application_refuses_relations_unless_forced,
     relate_resolves_endpoints_by_interface_and_role,
+    deploy_adds_units_and_peer_relations_in_one_step,
+    show_unit_and_resolved,
 }
 
 // ---------------------------------------------------------------- etcd only
