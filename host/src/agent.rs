@@ -13,7 +13,7 @@ use crate::charm::{Charm, GuaranteeWatch, HookOutcome, HookRun};
 use crate::context::Interruption;
 use crate::controller::Shared;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
-use crate::model::{Hook, RelationHook, UnitSnapshot};
+use crate::model::{Hook, LogRecord, RelationHook, UnitSnapshot};
 use crate::store::{BoxFuture, CommitError, Committed, Fence, QueuedHook, Store, StoreError};
 
 /// What runs a hook: a compiled charm in wasmtime, or (in the simulation) a native
@@ -419,6 +419,7 @@ impl UnitAgent {
         if *hook == Hook::LeaderElected {
             run.changes.elected_term = fence.as_ref().map(|f| f.term);
         }
+        self.keep_logs(hook, &run).await;
         let refused_not_leader = run.leadership_refusals > 0;
         let mut record = HookRecord {
             unit: self.unit.clone(),
@@ -508,6 +509,35 @@ impl UnitAgent {
                 self.shared.record(record);
                 Err(failure)
             }
+        }
+    }
+
+    /// Keeps what the hook logged, and its stdout and stderr, in the unit's ring in the
+    /// store for `debug-log`, however the hook ended. Best effort: a line lost to a store
+    /// outage is not worth a retry of the hook.
+    async fn keep_logs(&self, hook: &Hook, run: &crate::charm::HookRun) {
+        if run.logs.is_empty() && run.output.is_empty() {
+            return;
+        }
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let line = |level: &str, message: &str| LogRecord {
+            seq: 0,
+            unit: self.unit.clone(),
+            hook: hook.name(),
+            at_ms,
+            level: level.to_string(),
+            message: message.to_string(),
+        };
+        let lines: Vec<LogRecord> = run
+            .logs
+            .iter()
+            .map(|l| line(l.level, &l.message))
+            .chain(run.output.lines().map(|l| line("stdout", l)))
+            .collect();
+        if let Err(e) = self.store.record_logs(&self.unit, lines).await {
+            tracing::debug!(unit = %self.unit, "charm log lines not kept: {e}");
         }
     }
 

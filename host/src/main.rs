@@ -181,6 +181,9 @@ enum Command {
     ShowUnit(cli::show_unit::ShowUnitArgs),
     /// Retries a unit's failed hook (or skips it with --no-retry), as `juju resolved`.
     Resolved(cli::resolved::ResolvedArgs),
+    /// Prints what charms logged (the log import, stdout and stderr), with unit, hook and
+    /// time; --follow keeps printing.
+    DebugLog(cli::debug_log::DebugLogArgs),
     /// Deploys a bundle and runs its units' hooks.
     Run {
         #[command(flatten)]
@@ -281,6 +284,7 @@ fn main() -> Result<()> {
         Command::RemoveApplication(args) => block_on(cli::units::remove_application(args)),
         Command::Relate(args) => block_on(cli::relations::relate(args)),
         Command::RemoveRelation(args) => block_on(cli::relations::remove(args)),
+        Command::DebugLog(args) => block_on(cli::debug_log::run(args)),
         Command::ShowUnit(args) => block_on(cli::show_unit::run(args)),
         Command::Resolved(args) => block_on(cli::resolved::run(args)),
         Command::Sim(SimCommand::Leadership {
@@ -315,8 +319,9 @@ fn main() -> Result<()> {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(run(
                 bundle,
-                until_idle,
-                seconds("timeout", timeout)?,
+                until_idle
+                    .then(|| seconds("timeout", timeout))
+                    .transpose()?,
                 format,
                 &store,
                 units,
@@ -678,8 +683,8 @@ async fn print_pod_spec(store: &Arc<dyn Store>, app: &str, format: Format) -> Re
 
 async fn run(
     bundle_args: BundleArgs,
-    until_idle: bool,
-    timeout: Duration,
+    // With --until-idle: how long to wait for it.
+    until_idle: Option<Duration>,
     format: Format,
     store: &str,
     units: Vec<String>,
@@ -701,7 +706,7 @@ async fn run(
     }
     // A store that cannot be reached yet (etcd restarting, say) is waited for: the host
     // comes up with it rather than exit. With --until-idle, for --timeout at most.
-    let mut waiting = StoreWait::new(until_idle.then_some(timeout));
+    let mut waiting = StoreWait::new(until_idle);
     let request_timeout = leadership.request_timeout;
     let store = loop {
         match open_store(store, true, request_timeout).await {
@@ -726,7 +731,7 @@ async fn run(
         update_status_interval,
     ));
     let progress = std::io::stderr().is_terminal();
-    if until_idle {
+    if let Some(timeout) = until_idle {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             tokio::select! {

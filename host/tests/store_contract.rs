@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use charm_host::model::{
     ApplicationRecord, Bag, BagWrites, Changes, CharmMetadata, ConfigOptionMeta, ConfigValue,
-    EndpointMeta, Hook, OptionType, PodSpecWrite, RelationEndpoint, RelationHook, RelationRecord,
-    RelationRole, Status, StatusKind,
+    EndpointMeta, Hook, LOG_RING, LogRecord, OptionType, PodSpecWrite, RelationEndpoint,
+    RelationHook, RelationRecord, RelationRole, Status, StatusKind,
 };
 use charm_host::store::{
     Claim, CommitError, CommitReceipt, Committed, Fence, Lease, LeaseStore, MemoryStore,
@@ -2291,6 +2291,70 @@ async fn show_unit_and_resolved(store: &dyn Store) {
     assert!(store.unit_details("web/2").await.unwrap().dying);
 }
 
+async fn charm_logs_are_kept_per_unit_in_a_bounded_ring(store: &dyn Store) {
+    deploy(store).await;
+    let line = |unit: &str, hook: &str, at_ms: u64, message: &str| LogRecord {
+        seq: 0,
+        unit: unit.into(),
+        hook: hook.into(),
+        at_ms,
+        level: "info".into(),
+        message: message.into(),
+    };
+    store
+        .record_logs(
+            "web/0",
+            vec![
+                line("web/0", "install", 10, "a"),
+                line("web/0", "install", 10, "b"),
+            ],
+        )
+        .await
+        .unwrap();
+    store
+        .record_logs("db/0", vec![line("db/0", "start", 20, "c")])
+        .await
+        .unwrap();
+    let all = store.debug_log(None, 10).await.unwrap();
+    let messages: Vec<&str> = all.iter().map(|l| l.message.as_str()).collect();
+    assert_eq!(messages, ["a", "b", "c"]);
+    assert!(all.windows(2).all(|w| w[0].seq < w[1].seq), "{all:?}");
+    assert_eq!(all[2].unit, "db/0");
+    assert_eq!(all[2].hook, "start");
+    let last = store.debug_log(Some("web/0"), 1).await.unwrap();
+    assert_eq!(last.len(), 1);
+    assert_eq!(last[0].message, "b");
+    assert_eq!(
+        store.debug_log(Some("web/9"), 5).await.unwrap_err(),
+        StoreError::NotFound("unit web/9".into())
+    );
+    assert_eq!(
+        store.record_logs("web/9", vec![]).await.unwrap_err(),
+        StoreError::NotFound("unit web/9".into())
+    );
+    // The ring keeps the newest lines.
+    let many: Vec<LogRecord> = (0..LOG_RING + 5)
+        .map(|i| line("web/1", "update-status", 30, &i.to_string()))
+        .collect();
+    store.record_logs("web/1", many).await.unwrap();
+    let kept = store.debug_log(Some("web/1"), usize::MAX).await.unwrap();
+    assert_eq!(kept.len(), LOG_RING);
+    assert_eq!(kept[0].message, "5");
+    assert_eq!(kept.last().unwrap().message, (LOG_RING + 4).to_string());
+    // A removed unit's lines go with it.
+    store.remove_unit("web/0").await.unwrap();
+    settle(store).await;
+    let left: Vec<String> = store
+        .debug_log(None, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.unit)
+        .collect();
+    assert!(!left.iter().any(|u| u == "web/0"), "{left:?}");
+    assert!(left.iter().any(|u| u == "db/0"));
+}
+
 // ---------------------------------------------------------------- the suite, per backend
 
 macro_rules! contract {
@@ -2374,6 +2438,7 @@ contract! {
     relate_resolves_endpoints_by_interface_and_role,
     deploy_adds_units_and_peer_relations_in_one_step,
     show_unit_and_resolved,
+    charm_logs_are_kept_per_unit_in_a_bounded_ring,
 }
 
 // ---------------------------------------------------------------- etcd only
@@ -2943,13 +3008,14 @@ mod sqlite_only {
         };
         assert!(!before.relations.is_empty());
         {
-            // What a version 2 host left: no index, and no `dying` columns (version 4).
+            // What a version 2 host left: no index, no `dying` columns and no logs (version 4).
             let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch(
                 "DROP TABLE relation_apps;
                  ALTER TABLE applications DROP COLUMN dying;
                  ALTER TABLE units DROP COLUMN dying;
                  ALTER TABLE relations DROP COLUMN dying;
+                 DROP TABLE unit_logs;
                  PRAGMA user_version = 2;",
             )
             .unwrap();

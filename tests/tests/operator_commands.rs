@@ -151,14 +151,23 @@ fn operator_commands_change_the_model_and_refusals_change_nothing() {
     assert!(reset.contains("changed external_hostname"), "{reset}");
 
     let added = op.json(&["add-unit", "discourse", "-n", "2"]);
-    assert_eq!(added["units"], serde_json::json!(["discourse/2", "discourse/3"]));
+    assert_eq!(
+        added["units"],
+        serde_json::json!(["discourse/2", "discourse/3"])
+    );
 
     let unit = op.json(&["show-unit", "discourse/2"]);
     assert_eq!(unit["queued_hooks"][0], "install");
     assert_eq!(unit["hook_error"], serde_json::Value::Null);
-    assert_eq!(unit["relations"][0]["remote_units"], serde_json::json!(["db/0"]));
+    assert_eq!(
+        unit["relations"][0]["remote_units"],
+        serde_json::json!(["db/0"])
+    );
     let table = op.ok(&["show-unit", "discourse/2"]);
-    assert!(table.contains("Queued hooks") && table.contains("install"), "{table}");
+    assert!(
+        table.contains("Queued hooks") && table.contains("install"),
+        "{table}"
+    );
 
     // Removing: once, then refused.
     let removing = op.ok(&["remove-unit", "discourse/3"]);
@@ -168,8 +177,14 @@ fn operator_commands_change_the_model_and_refusals_change_nothing() {
     );
 
     op.refused(&["config", "nope", "x=1"], &["application nope"]);
-    op.refused(&["config", "discourse", "colour=red"], &["colour", "external_hostname"]);
-    op.refused(&["config", "discourse", "external_hostname"], &["KEY=VALUE"]);
+    op.refused(
+        &["config", "discourse", "colour=red"],
+        &["colour", "external_hostname"],
+    );
+    op.refused(
+        &["config", "discourse", "external_hostname"],
+        &["KEY=VALUE"],
+    );
     op.refused(
         &["config", "discourse", "image=x", "--reset", "image"],
         &["image", "both"],
@@ -186,22 +201,43 @@ fn operator_commands_change_the_model_and_refusals_change_nothing() {
     op.refused(&["add-unit", "nope"], &["application nope"]);
     op.refused(&["add-unit", "discourse", "-n", "0"], &["at least 1"]);
     op.refused(&["remove-unit", "discourse/9"], &["discourse/9"]);
-    op.refused(&["remove-unit", "discourse/3"], &["discourse/3", "already being removed"]);
-    op.refused(&["remove-unit", "discourse/0", "discourse/9"], &["discourse/9"]);
+    op.refused(
+        &["remove-unit", "discourse/3"],
+        &["discourse/3", "already being removed"],
+    );
+    op.refused(
+        &["remove-unit", "discourse/0", "discourse/9"],
+        &["discourse/9"],
+    );
     op.refused(&["relate", "discourse", "db"], &["already exists"]);
     op.refused(&["relate", "discourse:nope", "db"], &["\"nope\""]);
     op.refused(&["relate", "discourse", "discourse"], &["itself"]);
     op.refused(&["relate", "nope", "db"], &["application nope"]);
-    op.refused(&["remove-relation", "discourse", "nope"], &["application nope"]);
+    op.refused(
+        &["remove-relation", "discourse", "nope"],
+        &["application nope"],
+    );
     op.refused(&["remove-application", "db"], &["relations", "--force"]);
     op.refused(&["remove-application", "nope"], &["application nope"]);
-    op.refused(&["resolved", "discourse/0"], &["discourse/0", "not in error"]);
+    op.refused(
+        &["resolved", "discourse/0"],
+        &["discourse/0", "not in error"],
+    );
     op.refused(&["show-unit", "discourse/9"], &["unit discourse/9"]);
+    op.refused(&["debug-log", "--unit", "discourse/9"], &["unit discourse/9"]);
+    // No host has run a hook: no charm has logged anything.
+    assert_eq!(op.json(&["debug-log"]), serde_json::json!([]));
 
     let removing = op.ok(&["remove-relation", "discourse", "db"]);
     assert!(removing.contains("discourse:db db:db"), "{removing}");
-    op.refused(&["remove-relation", "discourse", "db"], &["already being removed"]);
+    op.refused(
+        &["remove-relation", "discourse", "db"],
+        &["already being removed"],
+    );
     let removal = op.json(&["remove-application", "db"]);
     assert_eq!(removal["units"], serde_json::json!(["db/0"]));
-    op.refused(&["remove-application", "db"], &["db", "already being removed"]);
+    op.refused(
+        &["remove-application", "db"],
+        &["db", "already being removed"],
+    );
 }

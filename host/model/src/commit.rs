@@ -108,13 +108,11 @@ pub fn commit<T: ModelTx + ?Sized>(
         return Err(not_found(format!("unit {unit}")).into());
     }
     match fence {
-        Some(f) => {
-            if !f.admits(unit, tx.live_lease(app)?.as_ref()) {
-                return Err(CommitError::Fenced { fence: f.clone() });
-            }
+        Some(f) if !f.admits(unit, tx.live_lease(app)?.as_ref()) => {
+            return Err(CommitError::Fenced { fence: f.clone() });
         }
         None if changes.needs_fence() => return Err(CommitError::Unfenced),
-        None => {}
+        _ => {}
     }
     // A unit writes only its application's bags, in relations it is in; those relations
     // route the follow-ups.

@@ -7,7 +7,8 @@ use std::collections::btree_map::Entry;
 use crate::endpoints::{Side, resolve, split};
 use crate::error::{StoreError, invalid, not_found};
 use crate::records::{
-    ApplicationRecord, Hook, QueuedHook, RelationEndpoint, RelationHook, RelationRecord,
+    ApplicationRecord, Hook, LOG_RING, LogRecord, QueuedHook, RelationEndpoint, RelationHook,
+    RelationRecord,
 };
 use crate::routing::{coalesces, deploy_hooks, relation_hooks};
 use crate::tx::ModelTx;
@@ -313,6 +314,49 @@ pub fn resolve_unit<T: ModelTx + ?Sized>(
     }
     tx.set_hook_error(unit, None)?;
     Ok(failed)
+}
+
+/// Keeps what `unit`'s hook logged in its ring ([`LOG_RING`] lines), whether or not the
+/// hook succeeded.
+pub fn record_logs<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    unit: &str,
+    lines: &[LogRecord],
+) -> Result<(), StoreError> {
+    if !tx.unit_exists(unit)? {
+        return Err(not_found(format!("unit {unit}")));
+    }
+    tx.append_logs(unit, lines, LOG_RING)
+}
+
+/// The newest `lines` log lines of `unit`, or of every unit, oldest first.
+pub fn debug_log<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    unit: Option<&str>,
+    lines: usize,
+) -> Result<Vec<LogRecord>, StoreError> {
+    let units = match unit {
+        Some(unit) => {
+            if !tx.unit_exists(unit)? {
+                return Err(not_found(format!("unit {unit}")));
+            }
+            vec![unit.to_string()]
+        }
+        None => {
+            let mut all = Vec::new();
+            for (app, _) in tx.app_charms()? {
+                all.extend(tx.units_of(&app)?);
+            }
+            all
+        }
+    };
+    let mut records = Vec::new();
+    for unit in units {
+        records.extend(tx.unit_logs(&unit)?);
+    }
+    records.sort_by_key(|r| (r.at_ms, r.seq));
+    let skip = records.len().saturating_sub(lines);
+    Ok(records.split_off(skip))
 }
 
 /// Records that `unit`'s hook is failing (`Some(message)`), or no longer is (`None`).

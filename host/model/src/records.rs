@@ -586,3 +586,25 @@ pub struct QueuedHook {
     /// The hook.
     pub hook: Hook,
 }
+
+/// One line a charm logged (through the log import, or on its stdout or stderr), as kept
+/// in its unit's bounded ring for `charm-host debug-log`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRecord {
+    /// Its place among the model's log lines: increasing, never reused.
+    pub seq: u64,
+    /// The unit whose hook logged it.
+    pub unit: String,
+    /// The hook, such as `db-relation-changed`.
+    pub hook: String,
+    /// When the hook ended, in milliseconds since the UNIX epoch (the host's clock).
+    pub at_ms: u64,
+    /// `trace`, `debug`, `info`, `warning` or `error`; `stdout` for a line the charm wrote
+    /// on its stdout or stderr.
+    pub level: String,
+    /// The text.
+    pub message: String,
+}
+
+/// How many log lines each unit keeps: older ones make way for new ones.
+pub const LOG_RING: usize = 1000;

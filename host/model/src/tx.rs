@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use crate::error::StoreError;
 use crate::records::{
-    ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, PodSpecWrite, RelationId,
-    RelationRecord, SharedBag, SharedConfig, Status, UnitRecord,
+    ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord, PodSpecWrite,
+    RelationId, RelationRecord, SharedBag, SharedConfig, Status, UnitRecord,
 };
 
 /// An application as a hook sees it.
@@ -218,4 +218,16 @@ pub trait ModelTx {
     /// Deletes the application (which has no units left): its record, leader settings,
     /// status, pod spec, and its bags in relations that outlive it.
     fn delete_application(&mut self, app: &str) -> Result<(), StoreError>;
+
+    /// Appends lines to the unit's log ring (their `seq` is the store's to give, above every
+    /// one before), keeping its newest `keep` lines.
+    fn append_logs(
+        &mut self,
+        unit: &str,
+        lines: &[LogRecord],
+        keep: usize,
+    ) -> Result<(), StoreError>;
+
+    /// The unit's log ring, oldest first.
+    fn unit_logs(&mut self, unit: &str) -> Result<Vec<LogRecord>, StoreError>;
 }

@@ -57,9 +57,9 @@ use super::{
     Lease, LeaseError, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, UnitDetails,
 };
 use crate::model::{
-    ApplicationRecord, Bag, BagWrites, ConfigValue, Hook, LeaseHolder, PodSpecRecord, PodSpecWrite,
-    RelationEndpoint, RelationId, RelationRecord, SharedBag, Status, UnitRecord, UnitSnapshot,
-    app_of, apply_writes,
+    ApplicationRecord, Bag, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord, PodSpecRecord,
+    PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, SharedBag, Status, UnitRecord,
+    UnitSnapshot, app_of, apply_writes,
 };
 
 /// What the `meta` key says about the data under a prefix.
@@ -306,6 +306,9 @@ impl EtcdStore {
     }
     fn queue_key(&self, unit: &str) -> String {
         self.key(format_args!("queues/{unit}"))
+    }
+    fn logs_key(&self, unit: &str) -> String {
+        self.key(format_args!("logs/{unit}"))
     }
     fn lease_key(&self, app: &str) -> String {
         self.key(format_args!("leases/{app}"))
@@ -1069,6 +1072,38 @@ impl StateStore for EtcdStore {
         })
     }
 
+    fn record_logs<'a>(
+        &'a self,
+        unit: &'a str,
+        lines: Vec<LogRecord>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let prefetch = vec![
+                Read::Key(self.unit_key(unit)),
+                Read::Key(self.logs_key(unit)),
+            ];
+            self.step(&format!("logs of {unit}"), prefetch, |tx| {
+                operations::record_logs(tx, unit, &lines)
+            })
+            .await
+        })
+    }
+
+    fn debug_log<'a>(
+        &'a self,
+        unit: Option<&'a str>,
+        lines: usize,
+    ) -> BoxFuture<'a, Result<Vec<LogRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut prefetch = self.model_prefetch();
+            prefetch.push(Read::Prefix(self.key("logs/")));
+            self.step("reading logs", prefetch, |tx| {
+                operations::debug_log(tx, unit, lines)
+            })
+            .await
+        })
+    }
+
     fn set_config<'a>(
         &'a self,
         app: &'a str,
@@ -1462,6 +1497,7 @@ impl ModelTx for EtcdTx<'_> {
         }
         self.delete(self.store.unit_key(unit));
         self.delete(self.store.queue_key(unit));
+        self.delete(self.store.logs_key(unit));
         Ok(())
     }
 
@@ -1732,6 +1768,32 @@ impl ModelTx for EtcdTx<'_> {
             self.put(self.store.queue_key(unit), &queue);
         }
         Ok(())
+    }
+
+    fn append_logs(
+        &mut self,
+        unit: &str,
+        lines: &[LogRecord],
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        let key = self.store.logs_key(unit);
+        let mut ring: Vec<LogRecord> = self.doc(&key)?.unwrap_or_default();
+        for line in lines {
+            let seq = seq_at(self.revision, self.queued);
+            self.queued += 1;
+            ring.push(LogRecord {
+                seq,
+                ..line.clone()
+            });
+        }
+        let excess = ring.len().saturating_sub(keep);
+        ring.drain(..excess);
+        self.put(key, &ring);
+        Ok(())
+    }
+
+    fn unit_logs(&mut self, unit: &str) -> Result<Vec<LogRecord>, StoreError> {
+        Ok(self.doc(&self.store.logs_key(unit))?.unwrap_or_default())
     }
 
     fn enqueue(&mut self, unit: &str, hook: &Hook) -> Result<u64, StoreError> {

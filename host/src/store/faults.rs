@@ -17,8 +17,8 @@ use super::{
     StoreError, UnitDetails,
 };
 use crate::model::{
-    ApplicationRecord, Changes, ConfigValue, Hook, PodSpecRecord, RelationEndpoint, RelationRecord,
-    UnitSnapshot,
+    ApplicationRecord, Changes, ConfigValue, Hook, LogRecord, PodSpecRecord, RelationEndpoint,
+    RelationRecord, UnitSnapshot,
 };
 
 /// A window, from the start of the run, in which the store answers nothing.
@@ -398,6 +398,22 @@ impl StateStore for FaultyStore {
         retry: bool,
     ) -> BoxFuture<'a, Result<Option<Hook>, StoreError>> {
         self.inner.resolve_unit(unit, retry)
+    }
+
+    fn record_logs<'a>(
+        &'a self,
+        unit: &'a str,
+        lines: Vec<LogRecord>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.record_logs(unit, lines)
+    }
+
+    fn debug_log<'a>(
+        &'a self,
+        unit: Option<&'a str>,
+        lines: usize,
+    ) -> BoxFuture<'a, Result<Vec<LogRecord>, StoreError>> {
+        self.inner.debug_log(unit, lines)
     }
 
     fn set_config<'a>(

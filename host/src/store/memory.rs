@@ -16,9 +16,9 @@ use super::{
     Lease, LeaseError, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, UnitDetails,
 };
 use crate::model::{
-    ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, PodSpecRecord, PodSpecWrite,
-    RelationEndpoint, RelationId, RelationRecord, SharedBag, SharedConfig, Status, UnitRecord,
-    UnitSnapshot, apply_writes,
+    ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord, PodSpecRecord,
+    PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, SharedBag, SharedConfig, Status,
+    UnitRecord, UnitSnapshot, apply_writes,
 };
 
 #[derive(Debug, Clone)]
@@ -35,6 +35,8 @@ struct UnitEntry {
     dying: bool,
     /// Queued hooks, by sequence number.
     queue: Vec<(u64, Hook)>,
+    /// Its log ring, oldest first.
+    logs: std::collections::VecDeque<LogRecord>,
 }
 
 #[derive(Debug)]
@@ -81,6 +83,7 @@ struct Inner {
     app_relations: BTreeMap<String, Vec<RelationId>>,
     next_relation: RelationId,
     next_seq: u64,
+    next_log: u64,
 }
 
 impl Inner {
@@ -525,6 +528,37 @@ impl ModelTx for MemoryTx<'_> {
         Ok(())
     }
 
+    fn append_logs(
+        &mut self,
+        unit: &str,
+        lines: &[LogRecord],
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        let mut seq = self.inner.next_log;
+        let ring = &mut self.unit_mut(unit)?.logs;
+        for line in lines {
+            seq += 1;
+            ring.push_back(LogRecord {
+                seq,
+                ..line.clone()
+            });
+        }
+        while ring.len() > keep {
+            ring.pop_front();
+        }
+        self.inner.next_log = seq;
+        Ok(())
+    }
+
+    fn unit_logs(&mut self, unit: &str) -> Result<Vec<LogRecord>, StoreError> {
+        Ok(self
+            .inner
+            .units
+            .get(unit)
+            .map(|u| u.logs.iter().cloned().collect())
+            .unwrap_or_default())
+    }
+
     fn enqueue(&mut self, unit: &str, hook: &Hook) -> Result<u64, StoreError> {
         let seq = self.inner.next_seq + 1;
         self.unit_mut(unit)?.queue.push((seq, hook.clone()));
@@ -765,6 +799,22 @@ impl StateStore for MemoryStore {
         retry: bool,
     ) -> BoxFuture<'a, Result<Option<Hook>, StoreError>> {
         Box::pin(async move { self.step(|tx| operations::resolve_unit(tx, unit, retry)) })
+    }
+
+    fn record_logs<'a>(
+        &'a self,
+        unit: &'a str,
+        lines: Vec<LogRecord>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { self.step(|tx| operations::record_logs(tx, unit, &lines)) })
+    }
+
+    fn debug_log<'a>(
+        &'a self,
+        unit: Option<&'a str>,
+        lines: usize,
+    ) -> BoxFuture<'a, Result<Vec<LogRecord>, StoreError>> {
+        Box::pin(async move { self.step(|tx| operations::debug_log(tx, unit, lines)) })
     }
 
     fn set_config<'a>(

@@ -68,7 +68,7 @@ use super::{
     Lease, LeaseError, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, UnitDetails,
 };
 use crate::model::{
-    ApplicationRecord, Bag, BagWrites, CharmMetadata, ConfigValue, Hook, LeaseHolder,
+    ApplicationRecord, Bag, BagWrites, CharmMetadata, ConfigValue, Hook, LeaseHolder, LogRecord,
     PodSpecRecord, PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, SharedBag,
     SharedConfig, Status, UnitRecord, UnitSnapshot,
 };
@@ -93,7 +93,7 @@ const SCHEMA_V2: &str = include_str!("schema/v2.sql");
 /// Version 3: `relation_apps`, each application's relations.
 const SCHEMA_V3: &str = include_str!("schema/v3.sql");
 
-/// Version 4: `dying` applications, units and relations.
+/// Version 4: `dying` applications, units and relations; `unit_logs`.
 const SCHEMA_V4: &str = include_str!("schema/v4.sql");
 
 /// The first bytes of every SQLite database file.
@@ -1010,6 +1010,7 @@ impl ModelTx for SqliteTx<'_> {
             "DELETE FROM relation_unit_bags WHERE unit = ?1",
             "DELETE FROM stored_state WHERE unit = ?1",
             "DELETE FROM hook_queue WHERE unit = ?1",
+            "DELETE FROM unit_logs WHERE unit = ?1",
             "DELETE FROM units WHERE name = ?1",
         ] {
             self.exec(sql, [unit])?;
@@ -1406,6 +1407,55 @@ impl ModelTx for SqliteTx<'_> {
         Ok(())
     }
 
+    fn append_logs(
+        &mut self,
+        unit: &str,
+        lines: &[LogRecord],
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        for line in lines {
+            let at_ms = i64::try_from(line.at_ms).unwrap_or(i64::MAX);
+            self.exec(
+                "INSERT INTO unit_logs (unit, hook, at_ms, level, message) VALUES (?1, ?2, ?3, ?4, ?5)",
+                rusqlite::params![unit, line.hook, at_ms, line.level, line.message],
+            )?;
+        }
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        self.exec(
+            "DELETE FROM unit_logs WHERE unit = ?1 AND seq <= (
+                 SELECT seq FROM unit_logs WHERE unit = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+            rusqlite::params![unit, keep],
+        )?;
+        Ok(())
+    }
+
+    fn unit_logs(&mut self, unit: &str) -> Result<Vec<LogRecord>, StoreError> {
+        type Row = (i64, String, i64, String, String);
+        let rows: Vec<Row> = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, hook, at_ms, level, message FROM unit_logs WHERE unit = ?1 ORDER BY seq",
+            )
+            .and_then(|mut s| {
+                s.query_map([unit], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })?
+                .collect()
+            })
+            .db()?;
+        Ok(rows
+            .into_iter()
+            .map(|(seq, hook, at_ms, level, message)| LogRecord {
+                seq: to_u64(seq),
+                unit: unit.to_string(),
+                hook,
+                at_ms: to_u64(at_ms),
+                level,
+                message,
+            })
+            .collect())
+    }
+
     fn enqueue(&mut self, unit: &str, hook: &Hook) -> Result<u64, StoreError> {
         self.exec(
             "INSERT INTO hook_queue (unit, hook) VALUES (?1, ?2)",
@@ -1625,6 +1675,22 @@ impl StateStore for SqliteStore {
         retry: bool,
     ) -> BoxFuture<'a, Result<Option<Hook>, StoreError>> {
         Box::pin(async move { self.step(true, |tx| operations::resolve_unit(tx, unit, retry)) })
+    }
+
+    fn record_logs<'a>(
+        &'a self,
+        unit: &'a str,
+        lines: Vec<LogRecord>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { self.step(true, |tx| operations::record_logs(tx, unit, &lines)) })
+    }
+
+    fn debug_log<'a>(
+        &'a self,
+        unit: Option<&'a str>,
+        lines: usize,
+    ) -> BoxFuture<'a, Result<Vec<LogRecord>, StoreError>> {
+        Box::pin(async move { self.step(false, |tx| operations::debug_log(tx, unit, lines)) })
     }
 
     fn set_config<'a>(

@@ -10,8 +10,8 @@ pub use charm_model::removal::AppRemoval;
 pub use charm_model::snapshot::UnitDetails;
 pub use charm_model::status::{AppStatusRow, ModelStatus, UnitStatusRow};
 use charm_model::{
-    ApplicationRecord, Changes, ConfigValue, Hook, PodSpecRecord, QueuedHook, RelationEndpoint,
-    RelationRecord, UnitSnapshot,
+    ApplicationRecord, Changes, ConfigValue, Hook, LogRecord, PodSpecRecord, QueuedHook,
+    RelationEndpoint, RelationRecord, UnitSnapshot,
 };
 pub use charm_model::{CommitError, CommitReceipt, Committed, Fence, HookCommit, StoreError};
 
@@ -71,6 +71,22 @@ pub trait StateStore: Send + Sync {
         unit: &'a str,
         retry: bool,
     ) -> BoxFuture<'a, Result<Option<Hook>, StoreError>>;
+
+    /// Keeps what `unit`'s hook logged in its bounded ring
+    /// ([`charm_model::operations::record_logs`]).
+    fn record_logs<'a>(
+        &'a self,
+        unit: &'a str,
+        lines: Vec<LogRecord>,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The newest `lines` log lines of `unit`, or of every unit, oldest first
+    /// ([`charm_model::operations::debug_log`]).
+    fn debug_log<'a>(
+        &'a self,
+        unit: Option<&'a str>,
+        lines: usize,
+    ) -> BoxFuture<'a, Result<Vec<LogRecord>, StoreError>>;
 
     /// Sets and resets options of `app`, typed and checked against its charm's, and queues
     /// config-changed on its units if its config changed, in one step
