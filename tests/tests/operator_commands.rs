@@ -224,7 +224,10 @@ fn operator_commands_change_the_model_and_refusals_change_nothing() {
         &["discourse/0", "not in error"],
     );
     op.refused(&["show-unit", "discourse/9"], &["unit discourse/9"]);
-    op.refused(&["debug-log", "--unit", "discourse/9"], &["unit discourse/9"]);
+    op.refused(
+        &["debug-log", "--unit", "discourse/9"],
+        &["unit discourse/9"],
+    );
     // No host has run a hook: no charm has logged anything.
     assert_eq!(op.json(&["debug-log"]), serde_json::json!([]));
 
