@@ -1,20 +1,30 @@
-//! The operator's commands through the `charm-host` binary, on a SQLite store with no host
-//! running: each does what it says, in a table or as JSON, and each refused command exits
-//! non-zero with an error naming what is wrong, leaving the store exactly as it was.
+//! The operator's commands through the `charm-host` binary, on a SQLite store and on etcd,
+//! with no host running: each does what it says, in a table or as JSON, and each refused
+//! command exits non-zero with an error naming what is wrong, leaving the store exactly as
+//! it was.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
-use charm_host::store::{SqliteStore, StateStore};
+use std::sync::Arc;
+
+use charm_host::store::{SqliteStore, StateStore, Store};
 use charm_tests::guests;
 
 struct Operator {
     bin: std::path::PathBuf,
-    db: std::path::PathBuf,
+    store: String,
     dir: tempfile::TempDir,
 }
 
 impl Operator {
+    /// On a SQLite file in a new directory.
+    fn sqlite() -> Self {
+        let mut op = Self::new();
+        op.store = format!("sqlite:{}", op.dir.path().join("model.db").display());
+        op
+    }
+
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::copy(guests::DISCOURSE, dir.path().join("discourse.wasm")).unwrap();
@@ -22,7 +32,7 @@ impl Operator {
         std::fs::write(dir.path().join("not-a-charm.wasm"), b"hello").unwrap();
         Operator {
             bin: charm_tests::charm_host_binary(),
-            db: dir.path().join("model.db"),
+            store: String::new(),
             dir,
         }
     }
@@ -30,7 +40,7 @@ impl Operator {
     fn run(&self, args: &[&str]) -> Output {
         Command::new(&self.bin)
             .args(args)
-            .args(["--store", &format!("sqlite:{}", self.db.display())])
+            .args(["--store", &self.store])
             .current_dir(self.dir.path())
             .output()
             .unwrap()
@@ -73,8 +83,11 @@ impl Operator {
             .enable_all()
             .build()
             .unwrap();
-        let store = SqliteStore::open(&self.db, "default").unwrap();
         rt.block_on(async {
+            let store: Arc<dyn Store> = match self.store.strip_prefix("sqlite:") {
+                Some(path) => Arc::new(SqliteStore::open(Path::new(path), "default").unwrap()),
+                None => open_etcd(&self.store).await,
+            };
             let mut out = format!(
                 "{:?}\n{:?}\n{:?}\n",
                 store.applications().await.unwrap(),
@@ -89,13 +102,37 @@ impl Operator {
     }
 }
 
+#[cfg(feature = "etcd")]
+async fn open_etcd(spec: &str) -> Arc<dyn Store> {
+    use charm_host::store::{EtcdConfig, EtcdStore};
+    let config = EtcdConfig::parse(spec).unwrap();
+    Arc::new(EtcdStore::connect(config, "default").await.unwrap())
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn open_etcd(spec: &str) -> Arc<dyn Store> {
+    panic!("{spec}: built without etcd")
+}
+
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
 #[test]
-fn operator_commands_change_the_model_and_refusals_change_nothing() {
-    let op = Operator::new();
+fn operator_commands_on_sqlite() {
+    operator_commands_change_the_model_and_refusals_change_nothing(Operator::sqlite());
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn operator_commands_on_etcd() {
+    let etcd = charm_tests::etcd_server::EtcdServer::start();
+    let mut op = Operator::new();
+    op.store = etcd.store_spec("models/operated");
+    operator_commands_change_the_model_and_refusals_change_nothing(op);
+}
+
+fn operator_commands_change_the_model_and_refusals_change_nothing(op: Operator) {
     let discourse = op.dir.path().join("discourse.wasm");
     let postgresql = op.dir.path().join("postgresql.wasm");
 
