@@ -14,8 +14,8 @@ use crate::charm::{Charm, GuaranteeWatch, HookOutcome, HookRun};
 use crate::context::Interruption;
 use crate::controller::Shared;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
-use crate::model::{Hook, RelationHook, UnitSnapshot};
-use crate::store::{BoxFuture, CommitError, Committed, Fence, QueuedHook, Store};
+use crate::model::{Hook, LogRecord, RelationHook, UnitSnapshot};
+use crate::store::{BoxFuture, CommitError, Committed, Fence, QueuedHook, Store, StoreError};
 
 /// What runs a hook: a compiled charm in wasmtime, or (in the simulation) a native
 /// stand-in that goes through the same hook context and imports.
@@ -54,6 +54,9 @@ impl HookExecutor for Charm {
         })
     }
 }
+
+/// How often a unit in error looks whether the operator resolved it.
+const RESOLVED_POLL: Duration = Duration::from_secs(1);
 
 /// How failed hooks are retried.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +142,9 @@ enum Ran {
 /// Why a hook attempt did not commit.
 #[derive(Debug)]
 enum Failure {
+    /// The unit is no longer in the model: its remove hook committed (here, or on a host
+    /// that crashed before it could tell), so its agent ends.
+    Gone,
     /// The charm's fault: shown as the unit's error status.
     Charm(String),
     /// Not the charm's fault (store unavailable, leadership lost mid-way): retried quietly.
@@ -244,6 +250,11 @@ impl UnitAgent {
                 }
                 _ => {}
             }
+            if self.queue.front().is_some_and(|q| q.hook == Hook::Stop) {
+                // The unit is leaving: it stops renewing its lease, so no renewal can
+                // claim it again once its remove hook has released it.
+                tracker.stop();
+            }
             let Some(QueueEntry { seq, hook }) = self.queue.front().cloned() else {
                 let poll = self.poll;
                 let woken = signal.clone();
@@ -270,6 +281,16 @@ impl UnitAgent {
                 continue;
             };
             match self.attempt(seq, &hook, &tracker).await {
+                Ok(_) if hook == Hook::Remove => {
+                    tracing::info!(unit = %self.unit, "removed");
+                    self.shared.forget(&self.unit);
+                    return;
+                }
+                Err(Failure::Gone) => {
+                    tracing::info!(unit = %self.unit, "no longer in the model");
+                    self.shared.forget(&self.unit);
+                    return;
+                }
                 Ok(ran) => {
                     // Run as a follower, or leader-elected skipped: owed should it lead again.
                     if ran != Ran::AsLeader {
@@ -297,8 +318,12 @@ impl UnitAgent {
                     let _ = self.store.set_hook_error(&self.unit, Some(message)).await;
                     if self.retry.max_attempts.is_some_and(|max| failures >= max) {
                         tracing::error!(unit = %self.unit, hook = %hook.name(), "awaiting error resolution");
-                        self.halt().await;
-                        return;
+                        if !self.halt().await {
+                            return;
+                        }
+                        tracing::info!(unit = %self.unit, "resolved");
+                        failures = 0;
+                        continue;
                     }
                     sleep(self.retry.backoff(failures)).await;
                 }
@@ -317,12 +342,30 @@ impl UnitAgent {
         }
     }
 
-    /// Stops running hooks, in error; what arrives from now on is dropped.
-    async fn halt(&mut self) {
+    /// Stops running hooks, in error, until the operator resolves the unit (`charm-host
+    /// resolved`, which clears its error in the store): then the queue is taken up again
+    /// from the store, and this returns true. What arrives meanwhile is dropped (the store
+    /// keeps it). False when the agent is to end: the unit was removed, or the host stops.
+    async fn halt(&mut self) -> bool {
         self.shared.pending.done(self.queue.len());
         self.queue.clear();
-        while let Some(_hook) = self.inbox.recv().await {
-            self.shared.pending.done(1);
+        let every = self.poll.unwrap_or(RESOLVED_POLL).min(RESOLVED_POLL);
+        loop {
+            tokio::select! {
+                hook = self.inbox.recv() => match hook {
+                    Some(_) => self.shared.pending.done(1),
+                    None => return false,
+                },
+                _ = sleep(every) => match self.store.unit_details(&self.unit).await {
+                    Ok(details) if details.hook_error.is_none() => {
+                        self.poll_store().await;
+                        return true;
+                    }
+                    Ok(_) => {}
+                    Err(StoreError::NotFound(_)) => return false,
+                    Err(e) => tracing::debug!(unit = %self.unit, "awaiting resolution: {e}"),
+                },
+            }
         }
     }
 
@@ -336,11 +379,18 @@ impl UnitAgent {
         // rather than run this hook as a follower's for want of a few hundred ms.
         let min_remaining = self.min_remaining();
         tracker.renewed(min_remaining).await;
-        let snapshot = self
-            .store
-            .snapshot(&self.unit)
-            .await
-            .map_err(|e| Failure::Transient(HookResultKind::StoreUnavailable, e.to_string()))?;
+        let snapshot = match self.store.snapshot(&self.unit).await {
+            Ok(snapshot) => snapshot,
+            Err(StoreError::NotFound(what)) if what == format!("unit {}", self.unit) => {
+                return Err(Failure::Gone);
+            }
+            Err(e) => {
+                return Err(Failure::Transient(
+                    HookResultKind::StoreUnavailable,
+                    e.to_string(),
+                ));
+            }
+        };
         // Pin leadership for the whole hook: a leader hook needs room to run before its
         // guarantee would end.
         let pinned = tracker.pin(min_remaining);
@@ -370,6 +420,7 @@ impl UnitAgent {
         if *hook == Hook::LeaderElected {
             run.changes.elected_term = fence.as_ref().map(|f| f.term);
         }
+        self.keep_logs(hook, &run).await;
         let refused_not_leader = run.leadership_refusals > 0;
         let mut record = HookRecord {
             unit: self.unit.clone(),
@@ -402,6 +453,11 @@ impl UnitAgent {
                         Ok(committed) => Ok(committed),
                         // A host that crashed after this commit applied it already.
                         Err(CommitError::NotQueued { .. }) => Ok(Committed::default()),
+                        Err(CommitError::Store(StoreError::NotFound(what)))
+                            if what == format!("unit {}", self.unit) =>
+                        {
+                            return Err(Failure::Gone);
+                        }
                         Err(e @ CommitError::Fenced { .. }) => {
                             Err(Failure::Transient(HookResultKind::Fenced, e.to_string()))
                         }
@@ -448,11 +504,41 @@ impl UnitAgent {
             Err(failure) => {
                 (record.result, record.outcome) = match &failure {
                     Failure::Charm(m) => (HookResultKind::CharmFailed, m.clone()),
+                    Failure::Gone => (HookResultKind::StoreUnavailable, "unit removed".into()),
                     Failure::Transient(kind, m) => (*kind, m.clone()),
                 };
                 self.shared.record(record);
                 Err(failure)
             }
+        }
+    }
+
+    /// Keeps what the hook logged, and its stdout and stderr, in the unit's ring in the
+    /// store for `debug-log`, however the hook ended. Best effort: a line lost to a store
+    /// outage is not worth a retry of the hook.
+    async fn keep_logs(&self, hook: &Hook, run: &crate::charm::HookRun) {
+        if run.logs.is_empty() && run.output.is_empty() {
+            return;
+        }
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let line = |level: &str, message: &str| LogRecord {
+            seq: 0,
+            unit: self.unit.clone(),
+            hook: hook.name(),
+            at_ms,
+            level: level.to_string(),
+            message: message.to_string(),
+        };
+        let lines: Vec<LogRecord> = run
+            .logs
+            .iter()
+            .map(|l| line(l.level, &l.message))
+            .chain(run.output.lines().map(|l| line("stdout", l)))
+            .collect();
+        if let Err(e) = self.store.record_logs(&self.unit, lines).await {
+            tracing::debug!(unit = %self.unit, "charm log lines not kept: {e}");
         }
     }
 

@@ -39,12 +39,43 @@ pub struct ControllerConfig {
     pub record_history: bool,
     /// Seeds the lease retry jitter; `None` seeds from the operating system.
     pub seed: Option<u64>,
-    /// The units this controller runs agents for; `None` for all. Several hosts sharing a
-    /// store each run some units of the same applications.
+    /// The units this controller runs agents for, each a unit's name, an application's
+    /// name (all its units) or a glob (`discourse/*`, `kv/1?`); `None` for all. Several
+    /// hosts sharing a store each run some units of the same applications.
     pub hosted_units: Option<Vec<String>>,
     /// How often idle agents look in the store for hooks queued by other hosts; `None`
     /// when this controller is the store's only host.
     pub poll_interval: Option<Duration>,
+}
+
+/// Whether `text` matches `pattern`, where `*` stands for any run of characters and `?`
+/// for one.
+fn glob_matches(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    // The classic two-pointer match with backtracking to the last `*`.
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// Whether `selector` (a unit, an application, or a glob of units) selects `unit`.
+pub fn selects(selector: &str, unit: &str) -> bool {
+    selector == unit || selector == app_of(unit) || glob_matches(selector, unit)
 }
 
 /// A stable 64-bit hash (FNV-1a), to derive per-unit seeds.
@@ -119,6 +150,14 @@ impl Shared {
                 .unwrap_or_else(|e| e.into_inner())
                 .push(record);
         }
+    }
+
+    /// Forgets a unit whose agent ended because the unit left the model.
+    pub(crate) fn forget(&self, unit: &str) {
+        self.mailboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(unit);
     }
 
     /// Hands hooks the store queued to their units' agents.
@@ -210,18 +249,22 @@ impl Controller {
     ) -> Result<Vec<String>, ControllerError> {
         match self.shared.store.application(app).await {
             Ok(existing) => {
-                // Resuming does not change config (nor fire config-changed): say so
-                // rather than let a changed bundle look applied.
-                let changed: Vec<&String> = config
-                    .iter()
-                    .filter(|(name, value)| existing.config.get(*name) != Some(*value))
-                    .map(|(name, _)| name)
+                // A changed option is applied as `charm-host config` applies it: checked,
+                // with config-changed on every unit in the same step.
+                let changed: BTreeMap<String, ConfigValue> = config
+                    .into_iter()
+                    .filter(|(name, value)| existing.config.get(name) != Some(value))
                     .collect();
                 if !changed.is_empty() {
-                    tracing::warn!(
-                        app,
-                        "options {changed:?} differ from the store's; resuming keeps the store's config"
-                    );
+                    let applied = self
+                        .shared
+                        .store
+                        .set_config(app, changed, Vec::new())
+                        .await?;
+                    if !applied.changed.is_empty() {
+                        tracing::info!(app, changed = ?applied.changed, "config changed");
+                    }
+                    self.shared.notify(applied.queued);
                 }
                 return self.resume(existing, executor, units).await;
             }
@@ -347,12 +390,7 @@ impl Controller {
         unit: &str,
         executor: Arc<dyn HookExecutor>,
     ) -> Result<(), StoreError> {
-        if self
-            .config
-            .hosted_units
-            .as_ref()
-            .is_some_and(|hosted| !hosted.iter().any(|u| u == unit))
-        {
+        if !self.hosts(unit) {
             return Ok(());
         }
         let (tx, inbox) = mpsc::unbounded_channel();
@@ -427,6 +465,122 @@ impl Controller {
             .unwrap_or_else(|e| e.into_inner())
             .insert(unit.to_string(), task.abort_handle());
         Ok(())
+    }
+
+    /// Whether this controller runs `unit`'s agent ([`ControllerConfig::hosted_units`]).
+    pub fn hosts(&self, unit: &str) -> bool {
+        self.config
+            .hosted_units
+            .as_ref()
+            .is_none_or(|hosted| hosted.iter().any(|s| selects(s, unit)))
+    }
+
+    /// Brings this host's agents in line with the store, for units other hosts or the
+    /// operator added or removed while it runs: starts an agent for each hosted unit that
+    /// runs none here (the first time an application is seen, `load` gives what runs its
+    /// hooks; `None` leaves its units for later), and stops the agent of each unit the
+    /// store no longer has. Returns the units it started.
+    pub async fn adopt(
+        &self,
+        load: &(dyn Fn(&ApplicationRecord) -> Option<Arc<dyn HookExecutor>> + Send + Sync),
+    ) -> Result<Vec<String>, StoreError> {
+        let store = &self.shared.store;
+        let mut present = Vec::new();
+        let mut started = Vec::new();
+        let apps = store.applications().await?;
+        let names: Vec<String> = apps.iter().map(|a| a.name.clone()).collect();
+        for app in apps {
+            let units = match store.units(&app.name).await {
+                Ok(units) => units,
+                // Removed since it was listed.
+                Err(StoreError::NotFound(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            present.extend(units.iter().cloned());
+            let hosted: Vec<String> = units.into_iter().filter(|u| self.hosts(u)).collect();
+            let running = |u: &String| {
+                self.shared
+                    .mailboxes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains_key(u)
+            };
+            let new: Vec<String> = hosted.into_iter().filter(|u| !running(u)).collect();
+            if new.is_empty() {
+                continue;
+            }
+            let known = self
+                .executors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&app.name)
+                .cloned();
+            let Some(executor) = known.or_else(|| load(&app)) else {
+                continue;
+            };
+            self.executors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(app.name.clone(), executor.clone());
+            for unit in new {
+                match self.start_agent(&unit, executor.clone()).await {
+                    Ok(()) => started.push(unit),
+                    // Removed since it was listed.
+                    Err(StoreError::NotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let gone: Vec<String> = self
+            .trackers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .filter(|u| !present.contains(u))
+            .cloned()
+            .collect();
+        for unit in gone {
+            tracing::info!(%unit, "no longer in the model: stopping its agent");
+            self.crash_unit(&unit);
+        }
+        self.executors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|app, _| names.contains(app));
+        Ok(started)
+    }
+
+    /// Queues update-status on every unit whose agent runs here, as Juju's uniter does on
+    /// its timer. Returns the units it was queued on (a hook already waiting is not queued
+    /// twice).
+    pub async fn update_status(&self) -> Vec<String> {
+        let units: Vec<String> = self
+            .shared
+            .mailboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        let mut fired = Vec::new();
+        for unit in units {
+            // One unit at a time: one removed meanwhile does not hold up the others.
+            match self
+                .shared
+                .store
+                .enqueue(vec![(unit.clone(), Hook::UpdateStatus)])
+                .await
+            {
+                Ok(queued) => {
+                    if !queued.is_empty() {
+                        fired.push(unit);
+                    }
+                    self.shared.notify(queued);
+                }
+                Err(e) => tracing::debug!(%unit, "update-status not queued: {e}"),
+            }
+        }
+        fired
     }
 
     /// Relates two endpoints, given as `(app, endpoint)`, and fires relation-created,

@@ -35,6 +35,8 @@ macro_rules! outln {
     ($($arg:tt)*) => {{ out!($($arg)*); out!("\n"); }};
 }
 
+mod cli;
+
 #[derive(Parser)]
 #[command(
     name = "charm-host",
@@ -160,6 +162,28 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+    /// Shows an application's config, or changes it (`KEY=VALUE`, `--reset KEY`):
+    /// config-changed runs on every unit.
+    Config(cli::config::ConfigArgs),
+    /// Deploys a charm as an application with its units; running hosts start them.
+    Deploy(cli::units::DeployArgs),
+    /// Adds units to an application.
+    AddUnit(cli::units::AddUnitArgs),
+    /// Removes units, in Juju's order: relation-departed, relation-broken, stop, remove.
+    RemoveUnit(cli::units::RemoveUnitArgs),
+    /// Removes an application; refused while it has relations, unless --force.
+    RemoveApplication(cli::units::RemoveApplicationArgs),
+    /// Relates two applications (`app` or `app:endpoint` each).
+    Relate(cli::relations::RelationArgs),
+    /// Removes a relation: relation-departed, then relation-broken, on both sides.
+    RemoveRelation(cli::relations::RelationArgs),
+    /// Shows a unit: relation bags, leader data, stored state, queued hooks, hook error.
+    ShowUnit(cli::show_unit::ShowUnitArgs),
+    /// Retries a unit's failed hook (or skips it with --no-retry), as `juju resolved`.
+    Resolved(cli::resolved::ResolvedArgs),
+    /// Prints what charms logged (the log import, stdout and stderr), with unit, hook and
+    /// time; --follow keeps printing.
+    DebugLog(cli::debug_log::DebugLogArgs),
     /// Deploys a bundle and runs its units' hooks.
     Run {
         #[command(flatten)]
@@ -176,8 +200,9 @@ enum Command {
         /// (shared by hosts on several machines) or `memory` (this process only).
         #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
         store: String,
-        /// Run agents only for these units (comma-separated, such as `discourse/0,discourse/1`),
-        /// so several hosts can share one store; the default is every unit.
+        /// Run agents only for these units (comma-separated: unit names such as `discourse/0`,
+        /// application names, or globs such as `discourse/*`), so several hosts can share one
+        /// store; the default is every unit, including units added while it runs.
         #[arg(long, value_delimiter = ',')]
         units: Vec<String>,
         /// Seconds a leadership lease is claimed for.
@@ -193,6 +218,10 @@ enum Command {
         /// Seconds of each lease not counted on, for clock drift and the renewal round trip.
         #[arg(long, default_value_t = 5.0)]
         drift_margin: f64,
+        /// Seconds between update-status hooks on every unit this host runs (Juju's
+        /// default: 5 minutes).
+        #[arg(long, default_value_t = 300.0)]
+        update_status_interval: f64,
     },
 }
 
@@ -248,6 +277,16 @@ fn main() -> Result<()> {
                 .await
             })
         }
+        Command::Config(args) => block_on(cli::config::run(args)),
+        Command::Deploy(args) => block_on(cli::units::deploy(args)),
+        Command::AddUnit(args) => block_on(cli::units::add_unit(args)),
+        Command::RemoveUnit(args) => block_on(cli::units::remove_unit(args)),
+        Command::RemoveApplication(args) => block_on(cli::units::remove_application(args)),
+        Command::Relate(args) => block_on(cli::relations::relate(args)),
+        Command::RemoveRelation(args) => block_on(cli::relations::remove(args)),
+        Command::DebugLog(args) => block_on(cli::debug_log::run(args)),
+        Command::ShowUnit(args) => block_on(cli::show_unit::run(args)),
+        Command::Resolved(args) => block_on(cli::resolved::run(args)),
         Command::Sim(SimCommand::Leadership {
             seed,
             units,
@@ -267,6 +306,7 @@ fn main() -> Result<()> {
             renew_interval,
             retry_period,
             drift_margin,
+            update_status_interval,
         } => {
             let leadership = LeadershipConfig {
                 lease_duration: seconds("lease-duration", lease_duration)?,
@@ -279,15 +319,22 @@ fn main() -> Result<()> {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(run(
                 bundle,
-                until_idle,
-                seconds("timeout", timeout)?,
+                until_idle
+                    .then(|| seconds("timeout", timeout))
+                    .transpose()?,
                 format,
                 &store,
                 units,
                 leadership,
+                seconds("update-status-interval", update_status_interval)?,
             ))
         }
     }
+}
+
+/// Runs an operator's command on a new runtime.
+fn block_on(command: impl std::future::Future<Output = Result<()>>) -> Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(command)
 }
 
 fn sim_leadership(
@@ -636,12 +683,13 @@ async fn print_pod_spec(store: &Arc<dyn Store>, app: &str, format: Format) -> Re
 
 async fn run(
     bundle_args: BundleArgs,
-    until_idle: bool,
-    timeout: Duration,
+    // With --until-idle: how long to wait for it.
+    until_idle: Option<Duration>,
     format: Format,
     store: &str,
     units: Vec<String>,
     leadership: LeadershipConfig,
+    update_status_interval: Duration,
 ) -> Result<()> {
     // Other hosts sharing a SQLite file queue hooks for our units unseen: look every half
     // second. etcd's watches wake the agents instead.
@@ -658,7 +706,7 @@ async fn run(
     }
     // A store that cannot be reached yet (etcd restarting, say) is waited for: the host
     // comes up with it rather than exit. With --until-idle, for --timeout at most.
-    let mut waiting = StoreWait::new(until_idle.then_some(timeout));
+    let mut waiting = StoreWait::new(until_idle);
     let request_timeout = leadership.request_timeout;
     let store = loop {
         match open_store(store, true, request_timeout).await {
@@ -672,13 +720,18 @@ async fn run(
         poll_interval,
         ..Default::default()
     };
-    let controller = Controller::new(store.clone(), margin, config)?;
+    let controller = Arc::new(Controller::new(store.clone(), margin, config)?);
     // Deploying again resumes what an interrupted attempt did.
     while let Err(e) = bundle.deploy(&controller).await {
         waiting.retry(e.into()).await?;
     }
+    let watching = tokio::spawn(watch_model(
+        controller.clone(),
+        runtime.clone(),
+        update_status_interval,
+    ));
     let progress = std::io::stderr().is_terminal();
-    if until_idle {
+    if let Some(timeout) = until_idle {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             tokio::select! {
@@ -707,8 +760,52 @@ async fn run(
         // Hand leadership over at once rather than after the lease lapses.
         controller.release_leases().await;
     }
+    watching.abort();
     controller.shutdown();
     print_status(&store, format).await
+}
+
+/// How often a running host looks for units added or removed while it runs.
+const MODEL_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Keeps the host's agents in line with the model while it runs: units that operators add
+/// (`add-unit`, `deploy`) get agents here if this host runs them; removed units' agents
+/// stop. An application this host has no charm for is loaded from its record's module path.
+/// Every `update_status`, update-status is queued on the units this host runs.
+async fn watch_model(controller: Arc<Controller>, runtime: CharmRuntime, update_status: Duration) {
+    let mut status_due = tokio::time::Instant::now() + update_status;
+    let unloadable = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let load = move |app: &charm_host::model::ApplicationRecord| {
+        match runtime.load_file(std::path::Path::new(&app.charm)) {
+            Ok(charm) => Some(Arc::new(charm) as Arc<dyn charm_host::agent::HookExecutor>),
+            Err(e) => {
+                // Said once per application, not every second.
+                if unloadable
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(app.name.clone())
+                {
+                    tracing::warn!(app = %app.name, "cannot load its charm here: {e}");
+                }
+                None
+            }
+        }
+    };
+    loop {
+        tokio::time::sleep(MODEL_WATCH_INTERVAL).await;
+        match controller.adopt(&load).await {
+            Ok(started) if !started.is_empty() => {
+                tracing::info!(?started, "started agents for new units");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!("looking for new units: {e}"),
+        }
+        if tokio::time::Instant::now() >= status_due {
+            status_due += update_status;
+            let fired = controller.update_status().await;
+            tracing::debug!(?fired, "update-status queued");
+        }
+    }
 }
 
 /// Retries while the store is unavailable, with a growing pause, until an optional limit.

@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CommitError, not_found};
 use crate::operations::{enqueue, units_by_app};
-use crate::records::{Changes, LeaseHolder, QueuedHook, RelationId, app_of};
+use crate::records::{Changes, Hook, LeaseHolder, QueuedHook, RelationId, app_of};
+use crate::removal::{finish_unit, reap_relation};
 use crate::routing::follow_ups;
 use crate::tx::{BagOwner, ElectedTerm, ModelTx, UnitUpdate};
 
@@ -89,7 +90,9 @@ pub struct HookCommit<'a> {
 /// In the same step the hook leaves its unit's queue, and must still be in it, so a commit
 /// applies at most once ([`CommitError::NotQueued`]); the leader-elected record is set, or,
 /// on a commit without a fence, cleared; and the hooks the changes fire on other units
-/// ([`follow_ups`]) are queued.
+/// ([`follow_ups`]) are queued. A remove hook's commit deletes its unit
+/// ([`finish_unit`]); a relation-broken hook's commit deletes its relation if it was the
+/// last hook about it ([`reap_relation`]).
 pub fn commit<T: ModelTx + ?Sized>(
     tx: &mut T,
     request: HookCommit<'_>,
@@ -120,8 +123,10 @@ pub fn commit<T: ModelTx + ?Sized>(
             _ => return Err(not_found(format!("relation {id}")).into()),
         }
     }
+    let mut ran = None;
     if let Some(seq) = hook {
-        if !tx.is_queued(unit, seq)? {
+        ran = tx.queued_hook(unit, seq)?;
+        if ran.is_none() {
             return Err(CommitError::NotQueued {
                 unit: unit.to_string(),
                 seq,
@@ -184,5 +189,14 @@ pub fn commit<T: ModelTx + ?Sized>(
         units.get(a).cloned().unwrap_or_default()
     });
     let queued = enqueue(tx, hooks)?;
+    // The last steps of a removal are the hooks' own: after remove the unit goes, after
+    // the last relation-broken the relation does.
+    match &ran {
+        Some(Hook::Remove) => finish_unit(tx, unit)?,
+        Some(Hook::RelationBroken(r)) => {
+            reap_relation(tx, r.id)?;
+        }
+        _ => {}
+    }
     Ok(Committed { receipt, queued })
 }

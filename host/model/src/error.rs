@@ -11,6 +11,10 @@ pub enum StoreError {
     /// It exists already.
     #[error("already exists: {0}")]
     AlreadyExists(String),
+    /// The model as it stands does not allow it: a value of the wrong type, an ambiguous
+    /// endpoint, a unit already being removed. The message names what is wrong.
+    #[error("{0}")]
+    Invalid(String),
     /// The store could not be reached or did not answer. Retry.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -27,6 +31,11 @@ pub enum StoreError {
 /// A [`StoreError::NotFound`] naming what is missing, such as `unit discourse/3`.
 pub fn not_found(what: impl Into<String>) -> StoreError {
     StoreError::NotFound(what.into())
+}
+
+/// A [`StoreError::Invalid`] saying what is wrong.
+pub fn invalid(why: impl Into<String>) -> StoreError {
+    StoreError::Invalid(why.into())
 }
 
 /// Why a commit was not applied. Nothing of it was.

@@ -4,8 +4,9 @@
 //! - [`records`]: the vocabulary (applications, units, relations, bags, hooks, a hook's
 //!   buffered [`Changes`], what a hook sees: [`UnitSnapshot`]).
 //! - [`access`]: what a hook may read and write; [`podspec`]: what a pod spec may be.
-//! - [`snapshot`], [`commit`], [`operations`], [`status`]: each model operation, written
-//!   once against [`ModelTx`], the records a store reads and writes in one atomic step.
+//! - [`snapshot`], [`commit`], [`operations`], [`config`], [`removal`], [`status`]: each
+//!   model operation, written once against [`ModelTx`], the records a store reads and
+//!   writes in one atomic step; [`endpoints`]: which endpoints `app[:endpoint]` names.
 //! - [`routing`]: which hooks each change fires.
 //!
 //! A new rule goes here; a store only keeps records and makes a step atomic.
@@ -14,11 +15,14 @@
 
 pub mod access;
 pub mod commit;
+pub mod config;
+pub mod endpoints;
 pub mod error;
 pub mod leadership;
 pub mod operations;
 pub mod podspec;
 pub mod records;
+pub mod removal;
 pub mod routing;
 pub mod snapshot;
 pub mod status;

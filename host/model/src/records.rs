@@ -152,6 +152,35 @@ impl ConfigValue {
         }
     }
 
+    /// An operator's text (`juju config app key=value`) as a value of `kind`; `None` if it
+    /// does not read as one.
+    ///
+    /// ```
+    /// use charm_model::{ConfigValue, OptionType};
+    ///
+    /// assert_eq!(ConfigValue::parse_as("8080", OptionType::Int), Some(ConfigValue::Int(8080)));
+    /// assert_eq!(ConfigValue::parse_as("true", OptionType::Boolean), Some(ConfigValue::Boolean(true)));
+    /// assert_eq!(ConfigValue::parse_as("80", OptionType::String), Some(ConfigValue::String("80".into())));
+    /// assert_eq!(ConfigValue::parse_as("eighty", OptionType::Int), None);
+    /// ```
+    pub fn parse_as(text: &str, kind: OptionType) -> Option<ConfigValue> {
+        match kind {
+            OptionType::String => Some(ConfigValue::String(text.to_string())),
+            OptionType::Int => text.trim().parse().ok().map(ConfigValue::Int),
+            OptionType::Float => text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
+                .map(ConfigValue::Float),
+            OptionType::Boolean => match text.trim() {
+                "true" => Some(ConfigValue::Boolean(true)),
+                "false" => Some(ConfigValue::Boolean(false)),
+                _ => None,
+            },
+        }
+    }
+
     /// The value converted to `kind` where Juju would accept it (an int for a float option);
     /// `None` when it is of another type.
     pub fn coerce(self, kind: OptionType) -> Option<ConfigValue> {
@@ -231,12 +260,30 @@ pub struct RelationRecord {
     pub interface: String,
     /// Its sides: two, or one for a peer relation.
     pub endpoints: Vec<RelationEndpoint>,
+    /// Being removed: its units run relation-departed and relation-broken, and it goes
+    /// with its bags after the last relation-broken.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dying: bool,
 }
 
 impl RelationRecord {
     /// This application's side.
     pub fn local(&self, app: &str) -> Option<&RelationEndpoint> {
         self.endpoints.iter().find(|e| e.app == app)
+    }
+
+    /// Whether it is a peer relation (one application's units among themselves).
+    pub fn is_peer(&self) -> bool {
+        self.endpoints.len() == 1
+    }
+
+    /// Its sides as `app:endpoint`, joined by a space, as an operator names it.
+    pub fn describe(&self) -> String {
+        self.endpoints
+            .iter()
+            .map(|e| format!("{}:{}", e.app, e.endpoint))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// The other side as seen from `app` (`app` itself for a peer relation).
@@ -507,6 +554,18 @@ pub enum Hook {
 }
 
 impl Hook {
+    /// The relation a relation hook is about.
+    pub fn relation(&self) -> Option<&RelationHook> {
+        match self {
+            Hook::RelationCreated(r)
+            | Hook::RelationJoined(r)
+            | Hook::RelationChanged(r)
+            | Hook::RelationDeparted(r)
+            | Hook::RelationBroken(r) => Some(r),
+            _ => None,
+        }
+    }
+
     /// Juju's name for the hook, such as `db-relation-changed`.
     pub fn name(&self) -> String {
         let rel = |r: &RelationHook, what: &str| format!("{}-relation-{what}", r.endpoint);
@@ -565,3 +624,25 @@ pub struct QueuedHook {
     /// The hook.
     pub hook: Hook,
 }
+
+/// One line a charm logged (through the log import, or on its stdout or stderr), as kept
+/// in its unit's bounded ring for `charm-host debug-log`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRecord {
+    /// Its place among the model's log lines: increasing, never reused.
+    pub seq: u64,
+    /// The unit whose hook logged it.
+    pub unit: String,
+    /// The hook, such as `db-relation-changed`.
+    pub hook: String,
+    /// When the hook ended, in milliseconds since the UNIX epoch (the host's clock).
+    pub at_ms: u64,
+    /// `trace`, `debug`, `info`, `warning` or `error`; `stdout` for a line the charm wrote
+    /// on its stdout or stderr.
+    pub level: String,
+    /// The text.
+    pub message: String,
+}
+
+/// How many log lines each unit keeps: older ones make way for new ones.
+pub const LOG_RING: usize = 1000;

@@ -3,12 +3,13 @@
 use std::collections::BTreeMap;
 
 use crate::error::{StoreError, not_found};
-use crate::records::{RelationView, UnitSnapshot, app_of};
+use crate::operations::live_units;
+use crate::records::{Hook, RelationView, UnitSnapshot, app_of};
 use crate::tx::ModelTx;
 
 /// Everything a hook of `unit` may read, as `tx` has it: its application's effective config,
 /// leader settings and status; its own status, stored state and leader-elected record; and
-/// each relation it is in, with the other side's units (for peers, the other units), the
+/// each relation it is in, with the other side's live units (for peers, the other units), the
 /// bags of those units and of this one, and both applications' bags.
 pub fn snapshot<T: ModelTx + ?Sized>(
     tx: &mut T,
@@ -22,12 +23,19 @@ pub fn snapshot<T: ModelTx + ?Sized>(
     let view = tx
         .app_view(app)?
         .ok_or_else(|| not_found(format!("application {app}")))?;
+    // A unit being removed, or a relation being removed, has no remote units left: they
+    // departed (Juju shows the departing unit in no relation's list either).
+    let leaving = tx.dying_units(app)?.iter().any(|u| u == unit);
     let mut relations = BTreeMap::new();
     for rel in tx.relations_of(app)? {
         let (Some(local), Some(remote)) = (rel.local(app), rel.remote(app)) else {
             continue;
         };
-        let mut remote_units = tx.units_of(&remote.app)?;
+        let mut remote_units = if leaving || rel.dying {
+            Vec::new()
+        } else {
+            live_units(tx, &remote.app)?
+        };
         remote_units.retain(|u| u != unit);
         let mut names: Vec<&str> = remote_units.iter().map(String::as_str).collect();
         names.push(unit);
@@ -65,5 +73,43 @@ pub fn snapshot<T: ModelTx + ?Sized>(
         app_status: view.status,
         stored: record.stored,
         elected_term: record.elected_term,
+    })
+}
+
+/// A unit as `charm-host show-unit` shows it: what its hooks see, and its agent's state.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UnitDetails {
+    /// What its next hook would see: relation bags, leader data, stored state, statuses.
+    pub snapshot: UnitSnapshot,
+    /// Its workload version.
+    pub workload_version: String,
+    /// The error of its failing hook, if one is failing.
+    pub hook_error: Option<String>,
+    /// Whether it is being removed.
+    pub dying: bool,
+    /// Whether it holds its application's lease now.
+    pub leader: bool,
+    /// The hooks queued on it, in order.
+    pub queued: Vec<Hook>,
+}
+
+/// `unit` as `tx` has it, read in one step.
+pub fn unit_details<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    model: &str,
+    unit: &str,
+) -> Result<UnitDetails, StoreError> {
+    let snapshot = snapshot(tx, model, unit)?;
+    let app = app_of(unit);
+    let record = tx
+        .unit(unit)?
+        .ok_or_else(|| not_found(format!("unit {unit}")))?;
+    Ok(UnitDetails {
+        snapshot,
+        workload_version: record.workload_version,
+        hook_error: record.hook_error,
+        dying: tx.dying_units(app)?.iter().any(|u| u == unit),
+        leader: tx.live_lease(app)?.is_some_and(|l| l.holder == unit),
+        queued: tx.queued_hooks(unit)?.unwrap_or_default(),
     })
 }

@@ -8,12 +8,13 @@
 //! [`StoreError::Corrupt`]); the model's errors ([`StoreError::NotFound`] and the like) are
 //! the operations' to give. A read sees the step's own writes.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::StoreError;
 use crate::records::{
-    ApplicationRecord, BagWrites, Hook, LeaseHolder, PodSpecWrite, RelationId, RelationRecord,
-    SharedBag, SharedConfig, Status, UnitRecord,
+    ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord, PodSpecWrite,
+    RelationId, RelationRecord, SharedBag, SharedConfig, Status, UnitRecord,
 };
 
 /// What a step's reads and writes answer: the store's own errors only.
@@ -95,6 +96,16 @@ pub trait ModelTx {
     /// Every application's name and charm, by name.
     fn app_charms(&mut self) -> TxResult<Vec<(String, String)>>;
 
+    /// The application's record; `None` if there is no such application.
+    fn application(&mut self, app: &str) -> TxResult<Option<ApplicationRecord>>;
+
+    /// Whether the application is being removed.
+    fn app_dying(&mut self, app: &str) -> TxResult<bool>;
+
+    /// The application's units that are being removed (none if there is no such
+    /// application).
+    fn dying_units(&mut self, app: &str) -> TxResult<Vec<String>>;
+
     /// Whether the application exists.
     fn app_exists(&mut self, app: &str) -> TxResult<bool>;
 
@@ -146,6 +157,9 @@ pub trait ModelTx {
     /// Whether the hook with this sequence number is queued on the unit.
     fn is_queued(&mut self, unit: &str, seq: u64) -> TxResult<bool>;
 
+    /// The hook with this sequence number, if it is queued on the unit.
+    fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>>;
+
     /// Creates an application, with no units, leader settings, status or pod spec.
     fn create_application(&mut self, record: ApplicationRecord) -> TxResult<()>;
 
@@ -173,7 +187,44 @@ pub trait ModelTx {
     /// Takes the hook with this sequence number off the unit's queue.
     fn dequeue(&mut self, unit: &str, seq: u64) -> TxResult<()>;
 
+    /// Takes the first hook off the unit's queue, if there is one.
+    fn drop_first_queued(&mut self, unit: &str) -> TxResult<()>;
+
     /// Puts a hook at the end of the unit's queue; its sequence number, above every one
     /// the model gave before.
     fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64>;
+
+    /// Replaces the application's config settings (the operator's; defaults are not
+    /// copied in).
+    fn set_app_config(&mut self, app: &str, config: &BTreeMap<String, ConfigValue>)
+    -> TxResult<()>;
+
+    /// Marks the application as being removed.
+    fn set_app_dying(&mut self, app: &str) -> TxResult<()>;
+
+    /// Marks the unit as being removed.
+    fn set_unit_dying(&mut self, unit: &str) -> TxResult<()>;
+
+    /// Marks the relation as being removed ([`RelationRecord::dying`]).
+    fn set_relation_dying(&mut self, id: RelationId) -> TxResult<()>;
+
+    /// Deletes the application's lease, whoever holds it (the term stays used).
+    fn release_lease(&mut self, app: &str) -> TxResult<()>;
+
+    /// Deletes the unit: its record, queue, stored state, and its bags in every relation.
+    fn delete_unit(&mut self, unit: &str) -> TxResult<()>;
+
+    /// Deletes the relation and every bag in it.
+    fn delete_relation(&mut self, id: RelationId) -> TxResult<()>;
+
+    /// Deletes the application (which has no units left): its record, leader settings,
+    /// status, pod spec, and its bags in relations that outlive it.
+    fn delete_application(&mut self, app: &str) -> TxResult<()>;
+
+    /// Appends lines to the unit's log ring (their `seq` is the store's to give, above every
+    /// one before), keeping its newest `keep` lines.
+    fn append_logs(&mut self, unit: &str, lines: &[LogRecord], keep: usize) -> TxResult<()>;
+
+    /// The unit's log ring, oldest first.
+    fn unit_logs(&mut self, unit: &str) -> TxResult<Vec<LogRecord>>;
 }

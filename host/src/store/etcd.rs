@@ -52,16 +52,17 @@ use charm_model::error::not_found;
 use charm_model::tx::{
     AppView, BagOwner, ElectedTerm, ModelTx, PodSpecState, TxResult, UnitUpdate,
 };
-use charm_model::{commit, operations, snapshot, status};
+use charm_model::{commit, config, operations, removal, snapshot, status};
 
 use super::{
-    Claim, CommitFuture, HookCommit, Lease, LeaseError, LeaseFuture, LeaseStore, ModelStatus,
-    QueuedHook, StateStore, StoreError, StoreFuture,
+    AppRemoval, Claim, CommitFuture, ConfigApplied, Deployed, HookCommit, Lease, LeaseError,
+    LeaseFuture, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, StoreFuture,
+    UnitDetails,
 };
 use crate::model::{
-    ApplicationRecord, Bag, BagWrites, Hook, LeaseHolder, PodSpecRecord, PodSpecWrite,
-    RelationEndpoint, RelationId, RelationRecord, SharedBag, Status, UnitRecord, UnitSnapshot,
-    app_of, apply_writes,
+    ApplicationRecord, Bag, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord, PodSpecRecord,
+    PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, SharedBag, Status, UnitRecord,
+    UnitSnapshot, app_of, apply_writes,
 };
 
 /// What the `meta` key says about the data under a prefix.
@@ -134,6 +135,12 @@ struct AppDoc {
     record: ApplicationRecord,
     next_unit: u32,
     units: Vec<String>,
+    /// Being removed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    dying: bool,
+    /// Its units being removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    dying_units: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -303,6 +310,9 @@ impl EtcdStore {
     fn queue_key(&self, unit: &str) -> String {
         self.key(format_args!("queues/{unit}"))
     }
+    fn logs_key(&self, unit: &str) -> String {
+        self.key(format_args!("logs/{unit}"))
+    }
     fn lease_key(&self, app: &str) -> String {
         self.key(format_args!("leases/{app}"))
     }
@@ -431,6 +441,14 @@ impl EtcdStore {
             .await
             .map_err(unavailable)?;
         Ok(resp.succeeded())
+    }
+
+    /// What an operator's change of the model reads: applications, units, their queues,
+    /// relations and leases (anything else is fetched as the change asks for it).
+    fn model_prefetch(&self) -> Vec<Read> {
+        ["apps/", "units/", "queues/", "relations/", "leases/"]
+            .map(|p| Read::Prefix(self.key(p)))
+            .to_vec()
     }
 
     fn contended(what: &str) -> StoreError {
@@ -961,6 +979,150 @@ impl StateStore for EtcdStore {
         })
     }
 
+    fn deploy<'a>(&'a self, app: ApplicationRecord, units: u32) -> StoreFuture<'a, Deployed> {
+        Box::pin(async move {
+            let mut prefetch = self.model_prefetch();
+            prefetch.push(Read::Key(self.key("next-relation")));
+            self.step(&format!("deploying {}", app.name), prefetch, |tx| {
+                operations::deploy(tx, app.clone(), units)
+            })
+            .await
+        })
+    }
+
+    fn add_units<'a>(&'a self, app: &'a str, count: u32) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(async move {
+            self.step(
+                &format!("adding units to {app}"),
+                self.model_prefetch(),
+                |tx| operations::add_units(tx, app, count),
+            )
+            .await
+        })
+    }
+
+    fn remove_units<'a>(&'a self, units: Vec<String>) -> StoreFuture<'a, Vec<QueuedHook>> {
+        Box::pin(async move {
+            self.step("removing units", self.model_prefetch(), |tx| {
+                removal::remove_units(tx, &units)
+            })
+            .await
+        })
+    }
+
+    fn unit_details<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitDetails> {
+        Box::pin(async move {
+            self.step(&format!("details of {unit}"), self.model_prefetch(), |tx| {
+                snapshot::unit_details(tx, &self.model, unit)
+            })
+            .await
+        })
+    }
+
+    fn resolve_unit<'a>(&'a self, unit: &'a str, retry: bool) -> StoreFuture<'a, Option<Hook>> {
+        Box::pin(async move {
+            let prefetch = vec![
+                Read::Key(self.unit_key(unit)),
+                Read::Key(self.queue_key(unit)),
+            ];
+            self.step(&format!("resolving {unit}"), prefetch, |tx| {
+                operations::resolve_unit(tx, unit, retry)
+            })
+            .await
+        })
+    }
+
+    fn record_logs<'a>(&'a self, unit: &'a str, lines: Vec<LogRecord>) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let prefetch = vec![
+                Read::Key(self.unit_key(unit)),
+                Read::Key(self.logs_key(unit)),
+            ];
+            self.step(&format!("logs of {unit}"), prefetch, |tx| {
+                operations::record_logs(tx, unit, &lines)
+            })
+            .await
+        })
+    }
+
+    fn debug_log<'a>(
+        &'a self,
+        unit: Option<&'a str>,
+        lines: usize,
+    ) -> StoreFuture<'a, Vec<LogRecord>> {
+        Box::pin(async move {
+            let mut prefetch = self.model_prefetch();
+            prefetch.push(Read::Prefix(self.key("logs/")));
+            self.step("reading logs", prefetch, |tx| {
+                operations::debug_log(tx, unit, lines)
+            })
+            .await
+        })
+    }
+
+    fn set_config<'a>(
+        &'a self,
+        app: &'a str,
+        set: BTreeMap<String, ConfigValue>,
+        reset: Vec<String>,
+    ) -> StoreFuture<'a, ConfigApplied> {
+        Box::pin(async move {
+            let prefetch = vec![
+                Read::Key(self.app_key(app)),
+                Read::Prefix(self.key("units/")),
+                Read::Prefix(self.key("queues/")),
+            ];
+            self.step(&format!("config of {app}"), prefetch, |tx| {
+                config::set_config(tx, app, &set, &reset)
+            })
+            .await
+        })
+    }
+
+    fn relate<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
+        Box::pin(async move {
+            self.step("relating", self.model_prefetch(), |tx| {
+                operations::relate(tx, a, b)
+            })
+            .await
+        })
+    }
+
+    fn remove_unit<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
+        Box::pin(async move {
+            self.step(&format!("removing {unit}"), self.model_prefetch(), |tx| {
+                removal::remove_unit(tx, unit)
+            })
+            .await
+        })
+    }
+
+    fn remove_relation<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
+        Box::pin(async move {
+            self.step("removing a relation", self.model_prefetch(), |tx| {
+                removal::remove_relation(tx, a, b)
+            })
+            .await
+        })
+    }
+
+    fn remove_application<'a>(&'a self, app: &'a str, force: bool) -> StoreFuture<'a, AppRemoval> {
+        Box::pin(async move {
+            self.step(&format!("removing {app}"), self.model_prefetch(), |tx| {
+                removal::remove_application(tx, app, force)
+            })
+            .await
+        })
+    }
+
     fn queue_signal(self: Arc<Self>, unit: &str) -> Option<Arc<Notify>> {
         if self.watching.set(()).is_ok() {
             self.start_watch();
@@ -990,8 +1152,8 @@ struct EtcdTx<'s> {
     created: BTreeSet<String>,
     /// The fence's lease key and term, if the operation checked a lease.
     lease_terms: BTreeMap<String, i64>,
-    /// Buffered writes, by key.
-    writes: BTreeMap<String, Vec<u8>>,
+    /// Buffered writes, by key: a value to put, or `None` to delete.
+    writes: BTreeMap<String, Option<Vec<u8>>>,
     /// Hooks queued so far in this run of the operation.
     queued: usize,
 }
@@ -1048,7 +1210,7 @@ impl<'s> EtcdTx<'s> {
     /// The value of `key` as this step sees it: its own write, or what was fetched.
     fn get(&mut self, key: &str) -> Option<Vec<u8>> {
         if let Some(v) = self.writes.get(key) {
-            return Some(v.clone());
+            return v.clone();
         }
         if let Some(p) = self.covering_prefix(key).cloned() {
             self.used_prefixes.insert(p);
@@ -1081,7 +1243,10 @@ impl<'s> EtcdTx<'s> {
             .range(prefix.to_string()..)
             .take_while(|(k, _)| k.starts_with(prefix))
         {
-            found.insert(k.clone(), v.clone());
+            match v {
+                Some(v) => found.insert(k.clone(), v.clone()),
+                None => found.remove(k),
+            };
         }
         found.into_iter().collect()
     }
@@ -1091,7 +1256,31 @@ impl<'s> EtcdTx<'s> {
     }
 
     fn put<T: Serialize>(&mut self, key: String, value: &T) {
-        self.writes.insert(key, encode(value));
+        self.writes.insert(key, Some(encode(value)));
+    }
+
+    fn delete(&mut self, key: String) {
+        self.writes.insert(key, None);
+    }
+
+    /// Deletes every key under `prefix` this step sees.
+    fn delete_under(&mut self, prefix: &str) {
+        for (key, _) in self.scan(prefix) {
+            self.delete(key);
+        }
+    }
+
+    fn update_app_doc(
+        &mut self,
+        app: &str,
+        update: impl FnOnce(&mut AppDoc),
+    ) -> Result<(), StoreError> {
+        let mut doc = self
+            .app_doc(app)?
+            .ok_or_else(|| not_found(format!("application {app}")))?;
+        update(&mut doc);
+        self.put(self.store.app_key(app), &doc);
+        Ok(())
     }
 
     fn create<T: Serialize>(&mut self, key: String, value: &T) {
@@ -1167,12 +1356,111 @@ impl<'s> EtcdTx<'s> {
     fn ops(&self) -> Vec<TxnOp> {
         self.writes
             .iter()
-            .map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None))
+            .map(|(k, v)| match v {
+                Some(v) => TxnOp::put(k.as_str(), v.clone(), None),
+                None => TxnOp::delete(k.as_str(), None),
+            })
             .collect()
     }
 }
 
 impl ModelTx for EtcdTx<'_> {
+    fn application(&mut self, app: &str) -> TxResult<Option<ApplicationRecord>> {
+        Ok(self.app_doc(app)?.map(|d| d.record))
+    }
+
+    fn app_dying(&mut self, app: &str) -> TxResult<bool> {
+        Ok(self.app_doc(app)?.is_some_and(|d| d.dying))
+    }
+
+    fn dying_units(&mut self, app: &str) -> TxResult<Vec<String>> {
+        Ok(self
+            .app_doc(app)?
+            .map(|d| d.dying_units)
+            .unwrap_or_default())
+    }
+
+    fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>> {
+        Ok(self
+            .queue(unit)?
+            .into_iter()
+            .find(|e| e.seq == seq)
+            .map(|e| e.hook))
+    }
+
+    fn set_app_config(
+        &mut self,
+        app: &str,
+        config: &BTreeMap<String, ConfigValue>,
+    ) -> TxResult<()> {
+        self.update_app_doc(app, |doc| doc.record.config = config.clone())
+    }
+
+    fn set_app_dying(&mut self, app: &str) -> TxResult<()> {
+        self.update_app_doc(app, |doc| doc.dying = true)
+    }
+
+    fn set_unit_dying(&mut self, unit: &str) -> TxResult<()> {
+        self.update_app_doc(app_of(unit), |doc| {
+            if !doc.dying_units.iter().any(|u| u == unit) {
+                doc.dying_units.push(unit.to_string());
+            }
+        })
+    }
+
+    fn set_relation_dying(&mut self, id: RelationId) -> TxResult<()> {
+        let key = self.store.relation_key(id);
+        let mut record: RelationRecord = self
+            .doc(&key)?
+            .ok_or_else(|| not_found(format!("relation {id}")))?;
+        record.dying = true;
+        self.put(key, &record);
+        Ok(())
+    }
+
+    fn release_lease(&mut self, app: &str) -> TxResult<()> {
+        // The key's etcd lease lapses on its own; a later claim creates the key again
+        // with a higher create revision, so terms still grow.
+        self.delete(self.store.lease_key(app));
+        Ok(())
+    }
+
+    fn delete_unit(&mut self, unit: &str) -> TxResult<()> {
+        let app = app_of(unit);
+        self.update_app_doc(app, |doc| {
+            doc.units.retain(|u| u != unit);
+            doc.dying_units.retain(|u| u != unit);
+        })?;
+        for rel in self.relations_of(app)? {
+            self.delete(self.store.unit_bag_key(rel.id, unit));
+        }
+        self.delete(self.store.unit_key(unit));
+        self.delete(self.store.queue_key(unit));
+        self.delete(self.store.logs_key(unit));
+        Ok(())
+    }
+
+    fn delete_relation(&mut self, id: RelationId) -> TxResult<()> {
+        self.delete_under(&self.store.bags_prefix(id));
+        self.delete(self.store.relation_key(id));
+        Ok(())
+    }
+
+    fn delete_application(&mut self, app: &str) -> TxResult<()> {
+        for rel in self.relations_of(app)? {
+            self.delete(self.store.app_bag_key(rel.id, app));
+        }
+        for key in [
+            self.store.app_key(app),
+            self.store.leader_data_key(app),
+            self.store.app_status_key(app),
+            self.store.pod_spec_key(app),
+        ] {
+            self.delete(key);
+        }
+        Ok(())
+    }
+
     fn app_charms(&mut self) -> TxResult<Vec<(String, String)>> {
         let apps = self.scan(&self.store.key("apps/"));
         apps.iter()
@@ -1305,6 +1593,8 @@ impl ModelTx for EtcdTx<'_> {
             record,
             next_unit: 0,
             units: Vec::new(),
+            dying: false,
+            dying_units: Vec::new(),
         };
         self.create(key, &doc);
         Ok(())
@@ -1389,6 +1679,36 @@ impl ModelTx for EtcdTx<'_> {
         queue.retain(|e| e.seq != seq);
         self.put(self.store.queue_key(unit), &queue);
         Ok(())
+    }
+
+    fn drop_first_queued(&mut self, unit: &str) -> TxResult<()> {
+        let mut queue = self.queue(unit)?;
+        if !queue.is_empty() {
+            queue.remove(0);
+            self.put(self.store.queue_key(unit), &queue);
+        }
+        Ok(())
+    }
+
+    fn append_logs(&mut self, unit: &str, lines: &[LogRecord], keep: usize) -> TxResult<()> {
+        let key = self.store.logs_key(unit);
+        let mut ring: Vec<LogRecord> = self.doc(&key)?.unwrap_or_default();
+        for line in lines {
+            let seq = seq_at(self.revision, self.queued);
+            self.queued += 1;
+            ring.push(LogRecord {
+                seq,
+                ..line.clone()
+            });
+        }
+        let excess = ring.len().saturating_sub(keep);
+        ring.drain(..excess);
+        self.put(key, &ring);
+        Ok(())
+    }
+
+    fn unit_logs(&mut self, unit: &str) -> TxResult<Vec<LogRecord>> {
+        Ok(self.doc(&self.store.logs_key(unit))?.unwrap_or_default())
     }
 
     fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64> {

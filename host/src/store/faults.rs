@@ -12,12 +12,13 @@ use rand::{Rng, SeedableRng};
 use tokio::time::{Instant, sleep};
 
 use super::{
-    Claim, CommitError, CommitFuture, CommitReceipt, Committed, Fence, HookCommit, Lease,
-    LeaseError, LeaseFuture, LeaseStore, ModelStatus, QueuedHook, StateStore, Store, StoreError,
-    StoreFuture,
+    AppRemoval, Claim, CommitError, CommitFuture, CommitReceipt, Committed, ConfigApplied,
+    Deployed, Fence, HookCommit, Lease, LeaseError, LeaseFuture, LeaseStore, ModelStatus,
+    QueuedHook, StateStore, Store, StoreError, StoreFuture, UnitDetails,
 };
 use crate::model::{
-    ApplicationRecord, Changes, Hook, PodSpecRecord, RelationEndpoint, RelationRecord, UnitSnapshot,
+    ApplicationRecord, Changes, ConfigValue, Hook, LogRecord, PodSpecRecord, RelationEndpoint,
+    RelationRecord, UnitSnapshot,
 };
 
 /// A window, from the start of the run, in which the store answers nothing.
@@ -415,6 +416,71 @@ impl StateStore for FaultyStore {
 
     fn status(&self) -> StoreFuture<'_, ModelStatus> {
         self.inner.status()
+    }
+
+    fn deploy<'a>(&'a self, app: ApplicationRecord, units: u32) -> StoreFuture<'a, Deployed> {
+        self.inner.deploy(app, units)
+    }
+
+    fn unit_details<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitDetails> {
+        self.inner.unit_details(unit)
+    }
+
+    fn resolve_unit<'a>(&'a self, unit: &'a str, retry: bool) -> StoreFuture<'a, Option<Hook>> {
+        self.inner.resolve_unit(unit, retry)
+    }
+
+    fn record_logs<'a>(&'a self, unit: &'a str, lines: Vec<LogRecord>) -> StoreFuture<'a, ()> {
+        self.inner.record_logs(unit, lines)
+    }
+
+    fn debug_log<'a>(
+        &'a self,
+        unit: Option<&'a str>,
+        lines: usize,
+    ) -> StoreFuture<'a, Vec<LogRecord>> {
+        self.inner.debug_log(unit, lines)
+    }
+
+    fn set_config<'a>(
+        &'a self,
+        app: &'a str,
+        set: BTreeMap<String, ConfigValue>,
+        reset: Vec<String>,
+    ) -> StoreFuture<'a, ConfigApplied> {
+        self.inner.set_config(app, set, reset)
+    }
+
+    fn relate<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
+        self.inner.relate(a, b)
+    }
+
+    fn add_units<'a>(&'a self, app: &'a str, count: u32) -> StoreFuture<'a, Vec<String>> {
+        self.inner.add_units(app, count)
+    }
+
+    fn remove_units<'a>(&'a self, units: Vec<String>) -> StoreFuture<'a, Vec<QueuedHook>> {
+        self.inner.remove_units(units)
+    }
+
+    fn remove_unit<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
+        self.inner.remove_unit(unit)
+    }
+
+    fn remove_relation<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
+        self.inner.remove_relation(a, b)
+    }
+
+    fn remove_application<'a>(&'a self, app: &'a str, force: bool) -> StoreFuture<'a, AppRemoval> {
+        self.inner.remove_application(app, force)
     }
 }
 

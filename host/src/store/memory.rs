@@ -11,16 +11,16 @@ use charm_model::error::not_found;
 use charm_model::tx::{
     AppView, BagOwner, ElectedTerm, ModelTx, PodSpecState, TxResult, UnitUpdate,
 };
-use charm_model::{commit, operations, snapshot, status};
+use charm_model::{commit, config, operations, removal, snapshot, status};
 
 use super::{
-    Claim, CommitFuture, HookCommit, Lease, LeaseFuture, LeaseStore, ModelStatus, QueuedHook,
-    StateStore, StoreError, StoreFuture,
+    AppRemoval, Claim, CommitFuture, ConfigApplied, Deployed, HookCommit, Lease, LeaseFuture,
+    LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, StoreFuture, UnitDetails,
 };
 use crate::model::{
-    ApplicationRecord, BagWrites, Hook, LeaseHolder, PodSpecRecord, PodSpecWrite, RelationEndpoint,
-    RelationId, RelationRecord, SharedBag, SharedConfig, Status, UnitRecord, UnitSnapshot,
-    apply_writes,
+    ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord, PodSpecRecord,
+    PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, SharedBag, SharedConfig, Status,
+    UnitRecord, UnitSnapshot, apply_writes,
 };
 
 #[derive(Debug, Clone)]
@@ -33,8 +33,12 @@ struct LeaseEntry {
 #[derive(Debug, Default)]
 struct UnitEntry {
     record: UnitRecord,
+    /// Being removed.
+    dying: bool,
     /// Queued hooks, by sequence number.
     queue: Vec<(u64, Hook)>,
+    /// Its log ring, oldest first.
+    logs: std::collections::VecDeque<LogRecord>,
 }
 
 #[derive(Debug)]
@@ -51,6 +55,8 @@ struct AppEntry {
     /// hook hands the commit this same shared write, which is then known unchanged without
     /// comparing the JSON trees.
     pod_spec_write: Option<Arc<PodSpecWrite>>,
+    /// Being removed.
+    dying: bool,
 }
 
 #[derive(Debug)]
@@ -79,6 +85,7 @@ struct Inner {
     app_relations: BTreeMap<String, Vec<RelationId>>,
     next_relation: RelationId,
     next_seq: u64,
+    next_log: u64,
 }
 
 impl Inner {
@@ -169,6 +176,106 @@ impl MemoryTx<'_> {
 }
 
 impl ModelTx for MemoryTx<'_> {
+    fn application(&mut self, app: &str) -> TxResult<Option<ApplicationRecord>> {
+        Ok(self.inner.apps.get(app).map(|a| a.record.clone()))
+    }
+
+    fn app_dying(&mut self, app: &str) -> TxResult<bool> {
+        Ok(self.inner.apps.get(app).is_some_and(|a| a.dying))
+    }
+
+    fn dying_units(&mut self, app: &str) -> TxResult<Vec<String>> {
+        let Some(a) = self.inner.apps.get(app) else {
+            return Ok(Vec::new());
+        };
+        Ok(a.units
+            .iter()
+            .filter(|u| self.inner.units.get(*u).is_some_and(|e| e.dying))
+            .cloned()
+            .collect())
+    }
+
+    fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>> {
+        Ok(self.inner.units.get(unit).and_then(|u| {
+            u.queue
+                .iter()
+                .find(|(s, _)| *s == seq)
+                .map(|(_, h)| h.clone())
+        }))
+    }
+
+    fn set_app_config(
+        &mut self,
+        app: &str,
+        config: &BTreeMap<String, ConfigValue>,
+    ) -> TxResult<()> {
+        let a = self.app_mut(app)?;
+        a.record.config = config.clone();
+        a.config = Arc::new(a.record.effective_config());
+        Ok(())
+    }
+
+    fn set_app_dying(&mut self, app: &str) -> TxResult<()> {
+        self.app_mut(app)?.dying = true;
+        Ok(())
+    }
+
+    fn set_unit_dying(&mut self, unit: &str) -> TxResult<()> {
+        self.unit_mut(unit)?.dying = true;
+        Ok(())
+    }
+
+    fn set_relation_dying(&mut self, id: RelationId) -> TxResult<()> {
+        let rel = self.relation_mut(id)?;
+        Arc::make_mut(&mut rel.record).dying = true;
+        Ok(())
+    }
+
+    fn release_lease(&mut self, app: &str) -> TxResult<()> {
+        // `last_term` keeps the term, so the next leader's is higher.
+        self.inner.leases.remove(app);
+        Ok(())
+    }
+
+    fn delete_unit(&mut self, unit: &str) -> TxResult<()> {
+        let app = crate::model::app_of(unit).to_string();
+        self.inner.units.remove(unit);
+        self.app_mut(&app)?.units.retain(|u| u != unit);
+        let ids = self
+            .inner
+            .app_relations
+            .get(&app)
+            .cloned()
+            .unwrap_or_default();
+        for id in ids {
+            if let Some(rel) = self.inner.relations.get_mut(&id) {
+                rel.unit_bags.remove(unit);
+            }
+        }
+        Ok(())
+    }
+
+    fn delete_relation(&mut self, id: RelationId) -> TxResult<()> {
+        if let Some(rel) = self.inner.relations.remove(&id) {
+            for e in &rel.record.endpoints {
+                if let Some(ids) = self.inner.app_relations.get_mut(&e.app) {
+                    ids.retain(|i| *i != id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn delete_application(&mut self, app: &str) -> TxResult<()> {
+        self.inner.apps.remove(app);
+        for id in self.inner.app_relations.remove(app).unwrap_or_default() {
+            if let Some(rel) = self.inner.relations.get_mut(&id) {
+                rel.app_bags.remove(app);
+            }
+        }
+        Ok(())
+    }
+
     fn app_charms(&mut self) -> TxResult<Vec<(String, String)>> {
         Ok(self
             .inner
@@ -299,6 +406,7 @@ impl ModelTx for MemoryTx<'_> {
                 status: Status::default(),
                 pod_spec: None,
                 pod_spec_write: None,
+                dying: false,
             },
         );
         Ok(())
@@ -389,6 +497,40 @@ impl ModelTx for MemoryTx<'_> {
     fn dequeue(&mut self, unit: &str, seq: u64) -> TxResult<()> {
         self.unit_mut(unit)?.queue.retain(|(s, _)| *s != seq);
         Ok(())
+    }
+
+    fn drop_first_queued(&mut self, unit: &str) -> TxResult<()> {
+        let queue = &mut self.unit_mut(unit)?.queue;
+        if !queue.is_empty() {
+            queue.remove(0);
+        }
+        Ok(())
+    }
+
+    fn append_logs(&mut self, unit: &str, lines: &[LogRecord], keep: usize) -> TxResult<()> {
+        let mut seq = self.inner.next_log;
+        let ring = &mut self.unit_mut(unit)?.logs;
+        for line in lines {
+            seq += 1;
+            ring.push_back(LogRecord {
+                seq,
+                ..line.clone()
+            });
+        }
+        while ring.len() > keep {
+            ring.pop_front();
+        }
+        self.inner.next_log = seq;
+        Ok(())
+    }
+
+    fn unit_logs(&mut self, unit: &str) -> TxResult<Vec<LogRecord>> {
+        Ok(self
+            .inner
+            .units
+            .get(unit)
+            .map(|u| u.logs.iter().cloned().collect())
+            .unwrap_or_default())
     }
 
     fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64> {
@@ -568,5 +710,70 @@ impl StateStore for MemoryStore {
 
     fn status(&self) -> StoreFuture<'_, ModelStatus> {
         Box::pin(async move { self.step(|tx| status::status(tx)) })
+    }
+
+    fn deploy<'a>(&'a self, app: ApplicationRecord, units: u32) -> StoreFuture<'a, Deployed> {
+        Box::pin(async move { self.step(|tx| operations::deploy(tx, app, units)) })
+    }
+
+    fn add_units<'a>(&'a self, app: &'a str, count: u32) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(async move { self.step(|tx| operations::add_units(tx, app, count)) })
+    }
+
+    fn remove_units<'a>(&'a self, units: Vec<String>) -> StoreFuture<'a, Vec<QueuedHook>> {
+        Box::pin(async move { self.step(|tx| removal::remove_units(tx, &units)) })
+    }
+
+    fn unit_details<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitDetails> {
+        Box::pin(async move { self.step(|tx| snapshot::unit_details(tx, &self.model, unit)) })
+    }
+
+    fn resolve_unit<'a>(&'a self, unit: &'a str, retry: bool) -> StoreFuture<'a, Option<Hook>> {
+        Box::pin(async move { self.step(|tx| operations::resolve_unit(tx, unit, retry)) })
+    }
+
+    fn record_logs<'a>(&'a self, unit: &'a str, lines: Vec<LogRecord>) -> StoreFuture<'a, ()> {
+        Box::pin(async move { self.step(|tx| operations::record_logs(tx, unit, &lines)) })
+    }
+
+    fn debug_log<'a>(
+        &'a self,
+        unit: Option<&'a str>,
+        lines: usize,
+    ) -> StoreFuture<'a, Vec<LogRecord>> {
+        Box::pin(async move { self.step(|tx| operations::debug_log(tx, unit, lines)) })
+    }
+
+    fn set_config<'a>(
+        &'a self,
+        app: &'a str,
+        set: BTreeMap<String, ConfigValue>,
+        reset: Vec<String>,
+    ) -> StoreFuture<'a, ConfigApplied> {
+        Box::pin(async move { self.step(|tx| config::set_config(tx, app, &set, &reset)) })
+    }
+
+    fn relate<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
+        Box::pin(async move { self.step(|tx| operations::relate(tx, a, b)) })
+    }
+
+    fn remove_unit<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
+        Box::pin(async move { self.step(|tx| removal::remove_unit(tx, unit)) })
+    }
+
+    fn remove_relation<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
+        Box::pin(async move { self.step(|tx| removal::remove_relation(tx, a, b)) })
+    }
+
+    fn remove_application<'a>(&'a self, app: &'a str, force: bool) -> StoreFuture<'a, AppRemoval> {
+        Box::pin(async move { self.step(|tx| removal::remove_application(tx, app, force)) })
     }
 }

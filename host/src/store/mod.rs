@@ -20,8 +20,9 @@ pub use lease::{Claim, Lease, LeaseError, LeaseFuture, LeaseStore};
 pub use memory::MemoryStore;
 pub use sqlite::SqliteStore;
 pub use state::{
-    AppStatusRow, CommitError, CommitFuture, CommitReceipt, Committed, Fence, HookCommit,
-    ModelStatus, StateStore, StoreError, StoreFuture, UnitStatusRow,
+    AppRemoval, AppStatusRow, CommitError, CommitFuture, CommitReceipt, Committed, ConfigApplied,
+    Deployed, Fence, HookCommit, ModelStatus, StateStore, StoreError, StoreFuture, UnitDetails,
+    UnitStatusRow,
 };
 
 use std::future::Future;

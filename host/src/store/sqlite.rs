@@ -63,14 +63,15 @@ use charm_model::error::not_found;
 use charm_model::tx::{
     AppView, BagOwner, ElectedTerm, ModelTx, PodSpecState, TxResult, UnitUpdate,
 };
-use charm_model::{commit, operations, snapshot, status};
+use charm_model::{commit, config, operations, removal, snapshot, status};
 
 use super::{
-    Claim, CommitFuture, HookCommit, Lease, LeaseError, LeaseFuture, LeaseStore, ModelStatus,
-    QueuedHook, StateStore, StoreError, StoreFuture,
+    AppRemoval, Claim, CommitFuture, ConfigApplied, Deployed, HookCommit, Lease, LeaseError,
+    LeaseFuture, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, StoreFuture,
+    UnitDetails,
 };
 use crate::model::{
-    ApplicationRecord, Bag, BagWrites, CharmMetadata, ConfigValue, Hook, LeaseHolder,
+    ApplicationRecord, Bag, BagWrites, CharmMetadata, ConfigValue, Hook, LeaseHolder, LogRecord,
     PodSpecRecord, PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, SharedBag,
     SharedConfig, Status, UnitRecord, UnitSnapshot,
 };
@@ -84,7 +85,7 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 
 /// Migration `i` moves the schema from version `i` to `i + 1`. Append; never edit.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
 
 /// Version 1: the model, leases and terms.
 const SCHEMA_V1: &str = include_str!("schema/v1.sql");
@@ -94,6 +95,9 @@ const SCHEMA_V2: &str = include_str!("schema/v2.sql");
 
 /// Version 3: `relation_apps`, each application's relations.
 const SCHEMA_V3: &str = include_str!("schema/v3.sql");
+
+/// Version 4: `dying` applications, units and relations; `unit_logs`.
+const SCHEMA_V4: &str = include_str!("schema/v4.sql");
 
 /// The first bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
@@ -726,13 +730,13 @@ fn read_relation_bags(
 fn read_relations(conn: &Connection) -> Result<Vec<RelationRecord>, StoreError> {
     relations_where(
         conn,
-        "SELECT id, interface, endpoints FROM relations ORDER BY id",
+        "SELECT id, interface, endpoints, dying FROM relations ORDER BY id",
         None,
     )
 }
 
 /// The relations `?1` is in, by id.
-const RELATIONS_OF: &str = "SELECT r.id, r.interface, r.endpoints FROM relation_apps a
+const RELATIONS_OF: &str = "SELECT r.id, r.interface, r.endpoints, r.dying FROM relation_apps a
          JOIN relations r ON r.id = a.relation WHERE a.app = ?1 ORDER BY r.id";
 
 /// The relations `app` takes part in, by id.
@@ -753,13 +757,14 @@ fn relations_where(
                 r.get::<_, i64>(0)?,
                 r.get::<_, String>(1)?,
                 r.get::<_, String>(2)?,
+                r.get::<_, bool>(3)?,
             ))
         })
         .db()?
         .collect::<rusqlite::Result<Vec<_>>>()
         .db()?;
     rows.into_iter()
-        .map(|(id, interface, endpoints)| relation_record(id, interface, &endpoints))
+        .map(|(id, interface, endpoints, dying)| relation_record(id, interface, &endpoints, dying))
         .collect()
 }
 
@@ -767,6 +772,7 @@ fn relation_record(
     id: i64,
     interface: String,
     endpoints: &str,
+    dying: bool,
 ) -> Result<RelationRecord, StoreError> {
     let id = RelationId::try_from(id)
         .map_err(|_| StoreError::Corrupt(format!("relation id {id} out of range")))?;
@@ -775,6 +781,7 @@ fn relation_record(
         id,
         interface,
         endpoints,
+        dying,
     })
 }
 
@@ -923,6 +930,114 @@ impl SqliteTx<'_> {
 }
 
 impl ModelTx for SqliteTx<'_> {
+    fn application(&mut self, app: &str) -> TxResult<Option<ApplicationRecord>> {
+        application_record(self.conn, app)
+    }
+
+    fn app_dying(&mut self, app: &str) -> TxResult<bool> {
+        let dying: Option<bool> = self
+            .conn
+            .prepare_cached("SELECT dying FROM applications WHERE name = ?1")
+            .and_then(|mut s| s.query_row([app], |r| r.get(0)).optional())
+            .db()?;
+        Ok(dying.unwrap_or(false))
+    }
+
+    fn dying_units(&mut self, app: &str) -> TxResult<Vec<String>> {
+        self.conn
+            .prepare_cached("SELECT name FROM units WHERE app = ?1 AND dying ORDER BY number")
+            .and_then(|mut s| s.query_map([app], |r| r.get(0))?.collect())
+            .db()
+    }
+
+    fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>> {
+        let Ok(seq) = i64::try_from(seq) else {
+            return Ok(None);
+        };
+        let hook: Option<String> = self
+            .conn
+            .prepare_cached("SELECT hook FROM hook_queue WHERE seq = ?1 AND unit = ?2")
+            .and_then(|mut s| {
+                s.query_row(rusqlite::params![seq, unit], |r| r.get(0))
+                    .optional()
+            })
+            .db()?;
+        hook.map(|h| decode(&h, || format!("hook {seq} of {unit}")))
+            .transpose()
+    }
+
+    fn set_app_config(
+        &mut self,
+        app: &str,
+        config: &BTreeMap<String, ConfigValue>,
+    ) -> TxResult<()> {
+        self.exec(
+            "UPDATE applications SET config = ?2 WHERE name = ?1",
+            rusqlite::params![app, encode(config)],
+        )?;
+        Ok(())
+    }
+
+    fn set_app_dying(&mut self, app: &str) -> TxResult<()> {
+        self.exec("UPDATE applications SET dying = 1 WHERE name = ?1", [app])?;
+        Ok(())
+    }
+
+    fn set_unit_dying(&mut self, unit: &str) -> TxResult<()> {
+        self.exec("UPDATE units SET dying = 1 WHERE name = ?1", [unit])?;
+        Ok(())
+    }
+
+    fn set_relation_dying(&mut self, id: RelationId) -> TxResult<()> {
+        self.exec("UPDATE relations SET dying = 1 WHERE id = ?1", [id])?;
+        Ok(())
+    }
+
+    fn release_lease(&mut self, app: &str) -> TxResult<()> {
+        // `last_terms` keeps the term, so the next leader's is higher.
+        self.exec("DELETE FROM leases WHERE app = ?1", [app])?;
+        Ok(())
+    }
+
+    fn delete_unit(&mut self, unit: &str) -> TxResult<()> {
+        for sql in [
+            "DELETE FROM relation_unit_bags WHERE unit = ?1",
+            "DELETE FROM stored_state WHERE unit = ?1",
+            "DELETE FROM hook_queue WHERE unit = ?1",
+            "DELETE FROM unit_logs WHERE unit = ?1",
+            "DELETE FROM units WHERE name = ?1",
+        ] {
+            self.exec(sql, [unit])?;
+        }
+        Ok(())
+    }
+
+    fn delete_relation(&mut self, id: RelationId) -> TxResult<()> {
+        for sql in [
+            "DELETE FROM relation_unit_bags WHERE relation = ?1",
+            "DELETE FROM relation_app_bags WHERE relation = ?1",
+            "DELETE FROM relation_apps WHERE relation = ?1",
+            "DELETE FROM relations WHERE id = ?1",
+        ] {
+            self.exec(sql, [id])?;
+        }
+        Ok(())
+    }
+
+    fn delete_application(&mut self, app: &str) -> TxResult<()> {
+        for sql in [
+            "DELETE FROM leader_data WHERE app = ?1",
+            "DELETE FROM relation_app_bags WHERE app = ?1",
+            "DELETE FROM relation_apps WHERE app = ?1",
+            "DELETE FROM pod_spec_history WHERE app = ?1",
+            "DELETE FROM pod_specs WHERE app = ?1",
+            "DELETE FROM applications WHERE name = ?1",
+        ] {
+            self.exec(sql, [app])?;
+        }
+        Ok(())
+    }
+
     fn app_charms(&mut self) -> TxResult<Vec<(String, String)>> {
         self.conn
             .prepare_cached("SELECT name, charm FROM applications ORDER BY name")
@@ -1016,13 +1131,16 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn relation(&mut self, id: RelationId) -> TxResult<Option<Arc<RelationRecord>>> {
-        let row: Option<(String, String)> = self
+        let row: Option<(String, String, bool)> = self
             .conn
-            .prepare_cached("SELECT interface, endpoints FROM relations WHERE id = ?1")
-            .and_then(|mut s| s.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .prepare_cached("SELECT interface, endpoints, dying FROM relations WHERE id = ?1")
+            .and_then(|mut s| {
+                s.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()
+            })
             .db()?;
-        row.map(|(interface, endpoints)| {
-            relation_record(id.into(), interface, &endpoints).map(Arc::new)
+        row.map(|(interface, endpoints, dying)| {
+            relation_record(id.into(), interface, &endpoints, dying).map(Arc::new)
         })
         .transpose()
     }
@@ -1253,6 +1371,58 @@ impl ModelTx for SqliteTx<'_> {
         Ok(())
     }
 
+    fn drop_first_queued(&mut self, unit: &str) -> TxResult<()> {
+        self.exec(
+            "DELETE FROM hook_queue WHERE seq = (SELECT min(seq) FROM hook_queue WHERE unit = ?1)",
+            [unit],
+        )?;
+        Ok(())
+    }
+
+    fn append_logs(&mut self, unit: &str, lines: &[LogRecord], keep: usize) -> TxResult<()> {
+        for line in lines {
+            let at_ms = i64::try_from(line.at_ms).unwrap_or(i64::MAX);
+            self.exec(
+                "INSERT INTO unit_logs (unit, hook, at_ms, level, message) VALUES (?1, ?2, ?3, ?4, ?5)",
+                rusqlite::params![unit, line.hook, at_ms, line.level, line.message],
+            )?;
+        }
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        self.exec(
+            "DELETE FROM unit_logs WHERE unit = ?1 AND seq <= (
+                 SELECT seq FROM unit_logs WHERE unit = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+            rusqlite::params![unit, keep],
+        )?;
+        Ok(())
+    }
+
+    fn unit_logs(&mut self, unit: &str) -> TxResult<Vec<LogRecord>> {
+        type Row = (i64, String, i64, String, String);
+        let rows: Vec<Row> = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, hook, at_ms, level, message FROM unit_logs WHERE unit = ?1 ORDER BY seq",
+            )
+            .and_then(|mut s| {
+                s.query_map([unit], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })?
+                .collect()
+            })
+            .db()?;
+        Ok(rows
+            .into_iter()
+            .map(|(seq, hook, at_ms, level, message)| LogRecord {
+                seq: to_u64(seq),
+                unit: unit.to_string(),
+                hook,
+                at_ms: to_u64(at_ms),
+                level,
+                message,
+            })
+            .collect())
+    }
+
     fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64> {
         self.exec(
             "INSERT INTO hook_queue (unit, hook) VALUES (?1, ?2)",
@@ -1426,6 +1596,73 @@ impl StateStore for SqliteStore {
 
     fn status(&self) -> StoreFuture<'_, ModelStatus> {
         Box::pin(async move { self.read(|tx| status::status(tx)) })
+    }
+
+    fn deploy<'a>(&'a self, app: ApplicationRecord, units: u32) -> StoreFuture<'a, Deployed> {
+        Box::pin(async move { self.step(true, |tx| operations::deploy(tx, app, units)) })
+    }
+
+    fn add_units<'a>(&'a self, app: &'a str, count: u32) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(async move { self.step(true, |tx| operations::add_units(tx, app, count)) })
+    }
+
+    fn remove_units<'a>(&'a self, units: Vec<String>) -> StoreFuture<'a, Vec<QueuedHook>> {
+        Box::pin(async move { self.step(true, |tx| removal::remove_units(tx, &units)) })
+    }
+
+    fn unit_details<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitDetails> {
+        Box::pin(
+            async move { self.step(false, |tx| snapshot::unit_details(tx, &self.model, unit)) },
+        )
+    }
+
+    fn resolve_unit<'a>(&'a self, unit: &'a str, retry: bool) -> StoreFuture<'a, Option<Hook>> {
+        Box::pin(async move { self.step(true, |tx| operations::resolve_unit(tx, unit, retry)) })
+    }
+
+    fn record_logs<'a>(&'a self, unit: &'a str, lines: Vec<LogRecord>) -> StoreFuture<'a, ()> {
+        Box::pin(async move { self.step(true, |tx| operations::record_logs(tx, unit, &lines)) })
+    }
+
+    fn debug_log<'a>(
+        &'a self,
+        unit: Option<&'a str>,
+        lines: usize,
+    ) -> StoreFuture<'a, Vec<LogRecord>> {
+        Box::pin(async move { self.step(false, |tx| operations::debug_log(tx, unit, lines)) })
+    }
+
+    fn set_config<'a>(
+        &'a self,
+        app: &'a str,
+        set: BTreeMap<String, ConfigValue>,
+        reset: Vec<String>,
+    ) -> StoreFuture<'a, ConfigApplied> {
+        Box::pin(async move { self.step(true, |tx| config::set_config(tx, app, &set, &reset)) })
+    }
+
+    fn relate<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
+        Box::pin(async move { self.step(true, |tx| operations::relate(tx, a, b)) })
+    }
+
+    fn remove_unit<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
+        Box::pin(async move { self.step(true, |tx| removal::remove_unit(tx, unit)) })
+    }
+
+    fn remove_relation<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
+        Box::pin(async move { self.step(true, |tx| removal::remove_relation(tx, a, b)) })
+    }
+
+    fn remove_application<'a>(&'a self, app: &'a str, force: bool) -> StoreFuture<'a, AppRemoval> {
+        Box::pin(async move { self.step(true, |tx| removal::remove_application(tx, app, force)) })
     }
 }
 

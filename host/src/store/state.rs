@@ -1,12 +1,17 @@
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::sync::Notify;
 
 use super::BoxFuture;
+pub use charm_model::config::ConfigApplied;
+pub use charm_model::operations::Deployed;
+pub use charm_model::removal::AppRemoval;
+pub use charm_model::snapshot::UnitDetails;
 pub use charm_model::status::{AppStatusRow, ModelStatus, UnitStatusRow};
 use charm_model::{
-    ApplicationRecord, Changes, Hook, PodSpecRecord, QueuedHook, RelationEndpoint, RelationRecord,
-    UnitSnapshot,
+    ApplicationRecord, Changes, ConfigValue, Hook, LogRecord, PodSpecRecord, QueuedHook,
+    RelationEndpoint, RelationRecord, UnitSnapshot,
 };
 pub use charm_model::{CommitError, CommitReceipt, Committed, Fence, HookCommit, StoreError};
 
@@ -45,6 +50,73 @@ pub trait StateStore: Send + Sync {
         interface: &'a str,
         endpoints: Vec<RelationEndpoint>,
     ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)>;
+
+    /// Deploys an application with `units` units and its peer relations, its settings
+    /// typed and checked against its charm's options, in one step
+    /// ([`charm_model::operations::deploy`]).
+    fn deploy<'a>(&'a self, app: ApplicationRecord, units: u32) -> StoreFuture<'a, Deployed>;
+
+    /// A unit as `show-unit` shows it, read in one step
+    /// ([`charm_model::snapshot::unit_details`]).
+    fn unit_details<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitDetails>;
+
+    /// Resolves a unit in error: its failed hook runs again, or is skipped unless `retry`
+    /// ([`charm_model::operations::resolve_unit`]). Returns that hook.
+    fn resolve_unit<'a>(&'a self, unit: &'a str, retry: bool) -> StoreFuture<'a, Option<Hook>>;
+
+    /// Keeps what `unit`'s hook logged in its bounded ring
+    /// ([`charm_model::operations::record_logs`]).
+    fn record_logs<'a>(&'a self, unit: &'a str, lines: Vec<LogRecord>) -> StoreFuture<'a, ()>;
+
+    /// The newest `lines` log lines of `unit`, or of every unit, oldest first
+    /// ([`charm_model::operations::debug_log`]).
+    fn debug_log<'a>(
+        &'a self,
+        unit: Option<&'a str>,
+        lines: usize,
+    ) -> StoreFuture<'a, Vec<LogRecord>>;
+
+    /// Sets and resets options of `app`, typed and checked against its charm's, and queues
+    /// config-changed on its units if its config changed, in one step
+    /// ([`charm_model::config::set_config`]).
+    fn set_config<'a>(
+        &'a self,
+        app: &'a str,
+        set: BTreeMap<String, ConfigValue>,
+        reset: Vec<String>,
+    ) -> StoreFuture<'a, ConfigApplied>;
+
+    /// Relates the endpoints `a` and `b` name (`app[:endpoint]`) and queues the hooks that
+    /// fires, in one step ([`charm_model::operations::relate`]).
+    fn relate<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)>;
+
+    /// Adds `count` units of `app`, with their hooks, in one step
+    /// ([`charm_model::operations::add_units`]).
+    fn add_units<'a>(&'a self, app: &'a str, count: u32) -> StoreFuture<'a, Vec<String>>;
+
+    /// Starts removing units (all or none), in one step
+    /// ([`charm_model::removal::remove_units`]).
+    fn remove_units<'a>(&'a self, units: Vec<String>) -> StoreFuture<'a, Vec<QueuedHook>>;
+
+    /// Starts removing a unit: marks it dying and queues Juju's removal hooks, in one step
+    /// ([`charm_model::removal::remove_unit`]).
+    fn remove_unit<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>>;
+
+    /// Starts removing the relation between `a` and `b` (`app[:endpoint]`), in one step
+    /// ([`charm_model::removal::remove_relation`]).
+    fn remove_relation<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)>;
+
+    /// Starts removing an application, with its relations if `force`, in one step
+    /// ([`charm_model::removal::remove_application`]).
+    fn remove_application<'a>(&'a self, app: &'a str, force: bool) -> StoreFuture<'a, AppRemoval>;
 
     /// Queues hooks, each on its unit, and returns those queued, coalescing as
     /// [`charm_model::operations::enqueue`] does.

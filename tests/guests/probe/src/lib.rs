@@ -65,6 +65,13 @@ impl Charm for Probe {
             model.stored().set("total-b", &(total + 1))?;
             return Ok(());
         }
+        if mode == "log" {
+            // Through the log import, and on stdout and stderr.
+            charm_sdk::log::info(&format!("handling {}", event.hook_name()));
+            println!("stdout of {}", event.hook_name());
+            eprintln!("stderr of {}", event.hook_name());
+            return Ok(());
+        }
         match (mode.as_str(), event) {
             ("fail", Event::Start) => {
                 write_everything(model)?;

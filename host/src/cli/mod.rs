@@ -1,0 +1,92 @@
+//! The operator's commands on a live model, a file per verb group: each is one planned
+//! change of the store (written once, in `charm_model`), shown as a table or as JSON.
+
+pub mod config;
+pub mod debug_log;
+pub mod relations;
+pub mod resolved;
+pub mod show_unit;
+pub mod units;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use charm_host::store::{QueuedHook, Store};
+
+use crate::{DEFAULT_STORE, Format, REQUEST_TIMEOUT, open_store, print_table};
+
+/// Where the model is, and how to print the answer.
+#[derive(clap::Args)]
+pub struct ModelArgs {
+    /// The store: `sqlite:PATH`, `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` or `memory`.
+    #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
+    pub store: String,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+impl ModelArgs {
+    /// The store, which must exist already (`deploy` and `run` create one).
+    pub async fn open(&self) -> Result<Arc<dyn Store>> {
+        open_store(&self.store, false, REQUEST_TIMEOUT).await
+    }
+}
+
+/// `KEY=VALUE` split in two.
+pub fn key_value(text: &str) -> Result<(String, String)> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => bail!("{text:?}: expected KEY=VALUE"),
+    }
+}
+
+/// Each `KEY=VALUE`, by key; a key given twice is refused.
+pub fn settings(pairs: &[String]) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for pair in pairs {
+        let (key, value) = key_value(pair)?;
+        if out.insert(key.clone(), value).is_some() {
+            bail!("{key:?} is given twice");
+        }
+    }
+    Ok(out)
+}
+
+/// Hooks as JSON: unit, hook name, sequence number.
+pub fn hooks_json(queued: &[QueuedHook]) -> serde_json::Value {
+    json!(
+        queued
+            .iter()
+            .map(|q| json!({"unit": q.unit, "hook": q.hook.name(), "seq": q.seq}))
+            .collect::<Vec<_>>()
+    )
+}
+
+/// Hooks as a table: each unit with the hooks queued on it, in order.
+pub fn print_hooks(queued: &[QueuedHook]) {
+    if queued.is_empty() {
+        outln!("No hooks queued.");
+        return;
+    }
+    let mut by_unit: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for q in queued {
+        by_unit.entry(&q.unit).or_default().push(q.hook.name());
+    }
+    let mut rows = vec![vec!["Unit".to_string(), "Hooks queued".into()]];
+    for (unit, hooks) in by_unit {
+        rows.push(vec![unit.to_string(), hooks.join(", ")]);
+    }
+    print_table(&rows);
+}
+
+/// Prints `value` as pretty JSON.
+pub fn print_json(value: &serde_json::Value) -> Result<()> {
+    outln!(
+        "{}",
+        serde_json::to_string_pretty(value).context("printing JSON")?
+    );
+    Ok(())
+}

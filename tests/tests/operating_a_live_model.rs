@@ -1,0 +1,215 @@
+//! Operating a live model: three `charm-host` processes share one SQLite store while an
+//! operator scales discourse from 3 units to 5 and then to 2 (removing its leader on the
+//! way) and changes its `external_hostname`. Hosts adopt the units added while they run
+//! and stop the agents of removed ones; the model settles with one leader per
+//! application, and discourse's pod spec shows the change.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use charm_host::store::{ModelStatus, SqliteStore, StateStore};
+use charm_tests::guests;
+
+fn host(bin: &Path, bundle: &Path, store: &str, units: &str, log: &Path) -> Child {
+    Command::new(bin)
+        .args(["run", bundle.to_str().unwrap(), "--store", store])
+        .args(["--units", units])
+        .args([
+            "--lease-duration",
+            "3",
+            "--renew-interval",
+            "0.5",
+            "--retry-period",
+            "0.25",
+            "--drift-margin",
+            "1.5",
+        ])
+        .env("RUST_LOG", "charm_host=info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// Runs an operator's command against the store; it must succeed.
+fn operate(bin: &Path, store: &str, args: &[&str]) -> String {
+    let out: Output = Command::new(bin)
+        .args(args)
+        .args(["--store", store])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "charm-host {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Kills the hosts when the test ends, passing or not.
+struct Hosts(Vec<Child>);
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn units_of<'s>(status: &'s ModelStatus, app: &str) -> Vec<&'s str> {
+    status
+        .units
+        .iter()
+        .filter(|u| u.name.starts_with(&format!("{app}/")))
+        .map(|u| u.name.as_str())
+        .collect()
+}
+
+/// Every unit of `app` active, exactly `n` of them, one of them leading.
+fn settled(status: &ModelStatus, app: &str, n: usize) -> bool {
+    let rows: Vec<_> = status
+        .units
+        .iter()
+        .filter(|u| u.name.starts_with(&format!("{app}/")))
+        .collect();
+    rows.len() == n
+        && rows.iter().all(|u| u.status.kind.as_str() == "active")
+        && rows.iter().filter(|u| u.leader).count() == 1
+}
+
+#[test]
+fn three_hosts_follow_scale_and_config_changes() {
+    let bin = charm_tests::charm_host_binary();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(guests::DISCOURSE, dir.path().join("discourse.wasm")).unwrap();
+    std::fs::copy(guests::POSTGRESQL, dir.path().join("postgresql.wasm")).unwrap();
+    let bundle = dir.path().join("bundle.yaml");
+    std::fs::write(
+        &bundle,
+        "applications:\n  discourse: {charm: discourse.wasm, num_units: 3}\n  postgresql: {charm: postgresql.wasm, num_units: 1}\nrelations:\n  - [\"discourse:db\", \"postgresql:db\"]\n",
+    )
+    .unwrap();
+    let db = dir.path().join("model.db");
+    let store = format!("sqlite:{}", db.display());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let status = || {
+        let s = SqliteStore::open(&db, "default").ok()?;
+        rt.block_on(s.status()).ok()
+    };
+    let pod_spec = || {
+        let s = SqliteStore::open(&db, "default").ok()?;
+        rt.block_on(s.pod_spec("discourse")).ok().flatten()
+    };
+
+    // Each host runs its share, by name or glob, including units added later.
+    let mut hosts = Hosts(Vec::new());
+    hosts.0.push(host(
+        &bin,
+        &bundle,
+        &store,
+        "postgresql,discourse/0,discourse/3",
+        &dir.path().join("a.log"),
+    ));
+    wait_until(Duration::from_secs(60), "the first host deploys", || {
+        status().is_some_and(|s| s.units.len() == 4)
+    });
+    for (units, log) in [
+        ("discourse/1,discourse/4", "b.log"),
+        ("discourse/2", "c.log"),
+    ] {
+        hosts
+            .0
+            .push(host(&bin, &bundle, &store, units, &dir.path().join(log)));
+    }
+    wait_until(
+        Duration::from_secs(60),
+        "three discourse units settle",
+        || status().is_some_and(|s| settled(&s, "discourse", 3)) && pod_spec().is_some(),
+    );
+
+    operate(&bin, &store, &["add-unit", "discourse", "-n", "2"]);
+    wait_until(
+        Duration::from_secs(60),
+        "five discourse units settle",
+        || status().is_some_and(|s| settled(&s, "discourse", 5)),
+    );
+
+    // Down to two, the leader among those removed.
+    let now = status().unwrap();
+    let leader = now
+        .applications
+        .iter()
+        .find(|a| a.name == "discourse")
+        .and_then(|a| a.leader.clone())
+        .unwrap();
+    let mut leaving: Vec<String> = units_of(&now, "discourse")
+        .into_iter()
+        .filter(|u| *u != leader)
+        .take(2)
+        .map(str::to_string)
+        .collect();
+    leaving.push(leader.clone());
+    let mut args = vec!["remove-unit"];
+    args.extend(leaving.iter().map(String::as_str));
+    operate(&bin, &store, &args);
+    wait_until(
+        Duration::from_secs(60),
+        "two discourse units settle",
+        || status().is_some_and(|s| settled(&s, "discourse", 2)),
+    );
+    let after = status().unwrap();
+    for gone in &leaving {
+        assert!(
+            !units_of(&after, "discourse").contains(&gone.as_str()),
+            "{gone} stayed"
+        );
+    }
+    let new_leader = after
+        .applications
+        .iter()
+        .find(|a| a.name == "discourse")
+        .and_then(|a| a.leader.clone())
+        .unwrap();
+    assert_ne!(new_leader, leader, "the removed leader still leads");
+
+    operate(
+        &bin,
+        &store,
+        &["config", "discourse", "external_hostname=forum.example.com"],
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "the pod spec shows the new host name",
+        || pod_spec().is_some_and(|p| p.spec.to_string().contains("forum.example.com")),
+    );
+    let shown = operate(&bin, &store, &["config", "discourse", "--format", "json"]);
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(
+        shown["settings"]["external_hostname"]["value"],
+        "forum.example.com"
+    );
+
+    let last = status().unwrap();
+    for app in ["discourse", "postgresql"] {
+        let leaders = last
+            .units
+            .iter()
+            .filter(|u| u.name.starts_with(&format!("{app}/")) && u.leader)
+            .count();
+        assert_eq!(leaders, 1, "{app}: {last:?}");
+    }
+}

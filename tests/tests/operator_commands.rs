@@ -1,0 +1,283 @@
+//! The operator's commands through the `charm-host` binary, on a SQLite store and on etcd,
+//! with no host running: each does what it says, in a table or as JSON, and each refused
+//! command exits non-zero with an error naming what is wrong, leaving the store exactly as
+//! it was.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use std::sync::Arc;
+
+use charm_host::store::{SqliteStore, StateStore, Store};
+use charm_tests::guests;
+
+struct Operator {
+    bin: std::path::PathBuf,
+    store: String,
+    dir: tempfile::TempDir,
+}
+
+impl Operator {
+    /// On a SQLite file in a new directory.
+    fn sqlite() -> Self {
+        let mut op = Self::new();
+        op.store = format!("sqlite:{}", op.dir.path().join("model.db").display());
+        op
+    }
+
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(guests::DISCOURSE, dir.path().join("discourse.wasm")).unwrap();
+        std::fs::copy(guests::POSTGRESQL, dir.path().join("postgresql.wasm")).unwrap();
+        std::fs::write(dir.path().join("not-a-charm.wasm"), b"hello").unwrap();
+        Operator {
+            bin: charm_tests::charm_host_binary(),
+            store: String::new(),
+            dir,
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(&self.bin)
+            .args(args)
+            .args(["--store", &self.store])
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap()
+    }
+
+    /// Runs a command that must succeed; its output.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs a command with `--format json`; its output, parsed.
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut args = args.to_vec();
+        args.extend(["--format", "json"]);
+        serde_json::from_str(&self.ok(&args)).unwrap()
+    }
+
+    /// Runs a command that must be refused: non-zero, its error naming each of `words`,
+    /// and the store as it was.
+    fn refused(&self, args: &[&str], words: &[&str]) {
+        let before = self.fingerprint();
+        let out = self.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was not refused");
+        for word in words {
+            assert!(stderr.contains(word), "{args:?}: {word:?} not in {stderr}");
+        }
+        assert_eq!(self.fingerprint(), before, "{args:?} changed the store");
+    }
+
+    /// Everything the store holds that an operator or a hook can read.
+    fn fingerprint(&self) -> String {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let store: Arc<dyn Store> = match self.store.strip_prefix("sqlite:") {
+                Some(path) => Arc::new(SqliteStore::open(Path::new(path), "default").unwrap()),
+                None => open_etcd(&self.store).await,
+            };
+            let mut out = format!(
+                "{:?}\n{:?}\n{:?}\n",
+                store.applications().await.unwrap(),
+                store.relations().await.unwrap(),
+                store.status().await.unwrap()
+            );
+            for row in store.status().await.unwrap().units {
+                out += &format!("{:?}\n", store.unit_details(&row.name).await.unwrap());
+            }
+            out
+        })
+    }
+}
+
+#[cfg(feature = "etcd")]
+async fn open_etcd(spec: &str) -> Arc<dyn Store> {
+    use charm_host::store::{EtcdConfig, EtcdStore};
+    let config = EtcdConfig::parse(spec).unwrap();
+    Arc::new(EtcdStore::connect(config, "default").await.unwrap())
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn open_etcd(spec: &str) -> Arc<dyn Store> {
+    panic!("{spec}: built without etcd")
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn operator_commands_on_sqlite() {
+    operator_commands_change_the_model_and_refusals_change_nothing(Operator::sqlite());
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn operator_commands_on_etcd() {
+    let etcd = charm_tests::etcd_server::EtcdServer::start();
+    let mut op = Operator::new();
+    op.store = etcd.store_spec("models/operated");
+    operator_commands_change_the_model_and_refusals_change_nothing(op);
+}
+
+fn operator_commands_change_the_model_and_refusals_change_nothing(op: Operator) {
+    let discourse = op.dir.path().join("discourse.wasm");
+    let postgresql = op.dir.path().join("postgresql.wasm");
+
+    let out = op.ok(&["deploy", path(&discourse), "-n", "2"]);
+    assert!(
+        out.contains("Deployed discourse") && out.contains("discourse/0, discourse/1"),
+        "{out}"
+    );
+    let deployed = op.json(&["deploy", path(&postgresql), "db"]);
+    assert_eq!(deployed["units"], serde_json::json!(["db/0"]));
+
+    let related = op.json(&["relate", "discourse", "db"]);
+    assert_eq!(
+        related["relation"]["endpoints"],
+        serde_json::json!(["discourse:db", "db:db"])
+    );
+    assert!(
+        related["hooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["unit"] == "db/0" && h["hook"] == "db-relation-joined"),
+        "{related}"
+    );
+
+    let table = op.ok(&["config", "discourse"]);
+    assert!(
+        table.contains("external_hostname") && table.contains("discourse.local"),
+        "{table}"
+    );
+    let changed = op.json(&["config", "discourse", "external_hostname=forum.example.com"]);
+    assert_eq!(changed["changed"], serde_json::json!(["external_hostname"]));
+    // Each unit's config-changed from its deployment still waits: the change coalesces
+    // into it, as in Juju.
+    assert_eq!(changed["hooks"], serde_json::json!([]));
+    for unit in ["discourse/0", "discourse/1"] {
+        let queued = op.json(&["show-unit", unit])["queued_hooks"].clone();
+        let config_changed = queued
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|h| *h == "config-changed")
+            .count();
+        assert_eq!(config_changed, 1, "{unit}: {queued}");
+    }
+    let shown = op.json(&["config", "discourse"]);
+    assert_eq!(
+        shown["settings"]["external_hostname"]["value"],
+        "forum.example.com"
+    );
+    assert_eq!(shown["settings"]["external_hostname"]["source"], "user");
+    let reset = op.ok(&["config", "discourse", "--reset", "external_hostname"]);
+    assert!(reset.contains("changed external_hostname"), "{reset}");
+
+    let added = op.json(&["add-unit", "discourse", "-n", "2"]);
+    assert_eq!(
+        added["units"],
+        serde_json::json!(["discourse/2", "discourse/3"])
+    );
+
+    let unit = op.json(&["show-unit", "discourse/2"]);
+    assert_eq!(unit["queued_hooks"][0], "install");
+    assert_eq!(unit["hook_error"], serde_json::Value::Null);
+    assert_eq!(
+        unit["relations"][0]["remote_units"],
+        serde_json::json!(["db/0"])
+    );
+    let table = op.ok(&["show-unit", "discourse/2"]);
+    assert!(
+        table.contains("Queued hooks") && table.contains("install"),
+        "{table}"
+    );
+
+    // Removing: once, then refused.
+    let removing = op.ok(&["remove-unit", "discourse/3"]);
+    assert!(
+        removing.contains("discourse/3") && removing.contains("stop, remove"),
+        "{removing}"
+    );
+
+    op.refused(&["config", "nope", "x=1"], &["application nope"]);
+    op.refused(
+        &["config", "discourse", "colour=red"],
+        &["colour", "external_hostname"],
+    );
+    op.refused(
+        &["config", "discourse", "external_hostname"],
+        &["KEY=VALUE"],
+    );
+    op.refused(
+        &["config", "discourse", "image=x", "--reset", "image"],
+        &["image", "both"],
+    );
+    op.refused(&["deploy", path(&discourse)], &["discourse"]);
+    op.refused(
+        &["deploy", path(&discourse), "other", "--config", "nope=1"],
+        &["nope"],
+    );
+    op.refused(
+        &["deploy", path(&op.dir.path().join("not-a-charm.wasm"))],
+        &["not-a-charm.wasm"],
+    );
+    op.refused(&["add-unit", "nope"], &["application nope"]);
+    op.refused(&["add-unit", "discourse", "-n", "0"], &["at least 1"]);
+    op.refused(&["remove-unit", "discourse/9"], &["discourse/9"]);
+    op.refused(
+        &["remove-unit", "discourse/3"],
+        &["discourse/3", "already being removed"],
+    );
+    op.refused(
+        &["remove-unit", "discourse/0", "discourse/9"],
+        &["discourse/9"],
+    );
+    op.refused(&["relate", "discourse", "db"], &["already exists"]);
+    op.refused(&["relate", "discourse:nope", "db"], &["\"nope\""]);
+    op.refused(&["relate", "discourse", "discourse"], &["itself"]);
+    op.refused(&["relate", "nope", "db"], &["application nope"]);
+    op.refused(
+        &["remove-relation", "discourse", "nope"],
+        &["application nope"],
+    );
+    op.refused(&["remove-application", "db"], &["relations", "--force"]);
+    op.refused(&["remove-application", "nope"], &["application nope"]);
+    op.refused(
+        &["resolved", "discourse/0"],
+        &["discourse/0", "not in error"],
+    );
+    op.refused(&["show-unit", "discourse/9"], &["unit discourse/9"]);
+    op.refused(
+        &["debug-log", "--unit", "discourse/9"],
+        &["unit discourse/9"],
+    );
+    // No host has run a hook: no charm has logged anything.
+    assert_eq!(op.json(&["debug-log"]), serde_json::json!([]));
+
+    let removing = op.ok(&["remove-relation", "discourse", "db"]);
+    assert!(removing.contains("discourse:db db:db"), "{removing}");
+    op.refused(
+        &["remove-relation", "discourse", "db"],
+        &["already being removed"],
+    );
+    let removal = op.json(&["remove-application", "db"]);
+    assert_eq!(removal["units"], serde_json::json!(["db/0"]));
+    op.refused(
+        &["remove-application", "db"],
+        &["db", "already being removed"],
+    );
+}
