@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use std::sync::Arc;
 
-use charm_host::store::{SqliteStore, StateStore, Store};
+use charm_host::store::{SqliteStore, Store};
 use charm_tests::guests;
 
 struct Operator {
