@@ -154,9 +154,6 @@ pub trait ModelTx {
     /// The hooks queued on the unit, in order; `None` if there is no such unit.
     fn queued_hooks(&mut self, unit: &str) -> TxResult<Option<Vec<Hook>>>;
 
-    /// Whether the hook with this sequence number is queued on the unit.
-    fn is_queued(&mut self, unit: &str, seq: u64) -> TxResult<bool>;
-
     /// The hook with this sequence number, if it is queued on the unit.
     fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>>;
 

@@ -1583,10 +1583,6 @@ impl ModelTx for EtcdTx<'_> {
         ))
     }
 
-    fn is_queued(&mut self, unit: &str, seq: u64) -> TxResult<bool> {
-        Ok(self.queue(unit)?.iter().any(|e| e.seq == seq))
-    }
-
     fn create_application(&mut self, record: ApplicationRecord) -> TxResult<()> {
         let key = self.store.app_key(&record.name);
         let doc = AppDoc {

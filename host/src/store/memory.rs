@@ -386,14 +386,6 @@ impl ModelTx for MemoryTx<'_> {
             .map(|u| u.queue.iter().map(|(_, h)| h.clone()).collect()))
     }
 
-    fn is_queued(&mut self, unit: &str, seq: u64) -> TxResult<bool> {
-        Ok(self
-            .inner
-            .units
-            .get(unit)
-            .is_some_and(|u| u.queue.iter().any(|(s, _)| *s == seq)))
-    }
-
     fn create_application(&mut self, record: ApplicationRecord) -> TxResult<()> {
         self.inner.apps.insert(
             record.name.clone(),

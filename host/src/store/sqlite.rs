@@ -1229,16 +1229,6 @@ impl ModelTx for SqliteTx<'_> {
         ))
     }
 
-    fn is_queued(&mut self, unit: &str, seq: u64) -> TxResult<bool> {
-        let Ok(seq) = i64::try_from(seq) else {
-            return Ok(false);
-        };
-        self.conn
-            .prepare_cached("SELECT 1 FROM hook_queue WHERE seq = ?1 AND unit = ?2")
-            .and_then(|mut s| s.exists(rusqlite::params![seq, unit]))
-            .db()
-    }
-
     fn create_application(&mut self, app: ApplicationRecord) -> TxResult<()> {
         self.exec(
             "INSERT INTO applications (name, charm, metadata, config, status, next_unit)
