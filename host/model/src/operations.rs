@@ -10,7 +10,7 @@ use crate::records::{
     ApplicationRecord, Hook, LOG_RING, LogRecord, QueuedHook, RelationEndpoint, RelationHook,
     RelationRecord,
 };
-use crate::routing::{coalesces, deploy_hooks, relation_hooks};
+use crate::routing::{deploy_hooks, relation_hooks};
 use crate::tx::ModelTx;
 
 /// Adds an application. An existing one with the same name is an error.
@@ -267,24 +267,15 @@ pub fn enqueue<T: ModelTx + ?Sized>(
     tx: &mut T,
     hooks: impl IntoIterator<Item = (String, Hook)>,
 ) -> Result<Vec<QueuedHook>, StoreError> {
-    // Each unit's queue as it stands in this step, read once.
-    let mut queues: BTreeMap<String, Vec<Hook>> = BTreeMap::new();
     let mut queued = Vec::new();
     for (unit, hook) in hooks {
-        let queue = match queues.entry(unit.clone()) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => {
-                let current = tx
-                    .queued_hooks(&unit)?
-                    .ok_or_else(|| not_found(format!("unit {unit}")))?;
-                e.insert(current)
-            }
-        };
-        if coalesces(queue, &hook) {
-            continue;
+        // The queue as it stands in this step: with the hooks this call queued.
+        match tx.coalesces(&unit, &hook)? {
+            None => return Err(not_found(format!("unit {unit}"))),
+            Some(true) => continue,
+            Some(false) => {}
         }
         let seq = tx.enqueue(&unit, &hook)?;
-        queue.push(hook.clone());
         queued.push(QueuedHook { unit, seq, hook });
     }
     Ok(queued)

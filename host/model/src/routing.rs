@@ -48,11 +48,11 @@ pub fn relation_hooks(
 /// each bag that changed (about `unit` for its unit bag, about no unit for its application
 /// bag), and leader-settings-changed on the application's other units when the leader
 /// settings changed.
-pub fn follow_ups<R: std::borrow::Borrow<RelationRecord>>(
+pub fn follow_ups<'u, R: std::borrow::Borrow<RelationRecord>>(
     unit: &str,
     receipt: &CommitReceipt,
     relations: &[R],
-    units_of: impl Fn(&str) -> Vec<String>,
+    units_of: impl Fn(&str) -> &'u [String],
 ) -> Vec<(String, Hook)> {
     let app = app_of(unit);
     let mut hooks = Vec::new();
@@ -72,6 +72,7 @@ pub fn follow_ups<R: std::borrow::Borrow<RelationRecord>>(
             if target == unit {
                 continue;
             }
+            let target = target.clone();
             let hook = RelationHook {
                 id,
                 endpoint: remote.endpoint.clone(),
@@ -84,7 +85,7 @@ pub fn follow_ups<R: std::borrow::Borrow<RelationRecord>>(
     if receipt.leader_data_changed {
         for target in units_of(app) {
             if target != unit {
-                hooks.push((target, Hook::LeaderSettingsChanged));
+                hooks.push((target.clone(), Hook::LeaderSettingsChanged));
             }
         }
     }

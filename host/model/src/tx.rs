@@ -157,6 +157,15 @@ pub trait ModelTx {
     /// The hook with this sequence number, if it is queued on the unit.
     fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>>;
 
+    /// Whether `hook` coalesces into `unit`'s queue as it stands in this step
+    /// ([`crate::routing::coalesces`]), `None` if there is no such unit. A store may answer
+    /// without reading the queue out.
+    fn coalesces(&mut self, unit: &str, hook: &Hook) -> TxResult<Option<bool>> {
+        Ok(self
+            .queued_hooks(unit)?
+            .map(|queue| crate::routing::coalesces(&queue, hook)))
+    }
+
     /// Creates an application, with no units, leader settings, status or pod spec.
     fn create_application(&mut self, record: ApplicationRecord) -> TxResult<()>;
 

@@ -50,11 +50,10 @@ struct AppEntry {
     config: SharedConfig,
     leader_data: SharedBag,
     status: Status,
-    pod_spec: Option<PodSpecRecord>,
-    /// The write `pod_spec` was last committed from. A charm that sets the same spec every
-    /// hook hands the commit this same shared write, which is then known unchanged without
-    /// comparing the JSON trees.
-    pod_spec_write: Option<Arc<PodSpecWrite>>,
+    /// The pod spec's revision and the write it holds, shared with the commit that made it
+    /// (not copied). A charm that sets the same spec every hook hands the commit this same
+    /// shared write, which is then known unchanged without comparing the JSON trees.
+    pod_spec: Option<(u64, Arc<PodSpecWrite>)>,
     /// Being removed.
     dying: bool,
 }
@@ -354,26 +353,25 @@ impl ModelTx for MemoryTx<'_> {
             .apps
             .get(app)
             .and_then(|a| a.pod_spec.as_ref())
-            .map(|p| p.revision))
+            .map(|(revision, _)| *revision))
     }
 
     fn pod_spec_state(&mut self, app: &str, write: &Arc<PodSpecWrite>) -> TxResult<PodSpecState> {
         let a = self.app_mut(app)?;
-        let same_write = a
-            .pod_spec_write
-            .as_ref()
-            .is_some_and(|last| Arc::ptr_eq(last, write));
-        let same = same_write
-            || a.pod_spec
-                .as_ref()
-                .is_some_and(|p| p.spec == write.spec && p.k8s_resources == write.k8s_resources);
+        let Some((revision, stored)) = &mut a.pod_spec else {
+            return Ok(PodSpecState {
+                revision: None,
+                same: false,
+            });
+        };
+        let same = Arc::ptr_eq(stored, write) || **stored == **write;
         if same {
             // The stored spec is this write's: the next commit of the same write is known
             // unchanged without comparing the trees.
-            a.pod_spec_write = Some(write.clone());
+            *stored = write.clone();
         }
         Ok(PodSpecState {
-            revision: a.pod_spec.as_ref().map(|p| p.revision),
+            revision: Some(*revision),
             same,
         })
     }
@@ -384,6 +382,12 @@ impl ModelTx for MemoryTx<'_> {
             .units
             .get(unit)
             .map(|u| u.queue.iter().map(|(_, h)| h.clone()).collect()))
+    }
+
+    fn coalesces(&mut self, unit: &str, hook: &Hook) -> TxResult<Option<bool>> {
+        Ok(self.inner.units.get(unit).map(|u| {
+            u.queue.iter().skip(1).any(|(_, queued)| queued == hook)
+        }))
     }
 
     fn create_application(&mut self, record: ApplicationRecord) -> TxResult<()> {
@@ -397,7 +401,6 @@ impl ModelTx for MemoryTx<'_> {
                 leader_data: SharedBag::default(),
                 status: Status::default(),
                 pod_spec: None,
-                pod_spec_write: None,
                 dying: false,
             },
         );
@@ -453,14 +456,7 @@ impl ModelTx for MemoryTx<'_> {
     }
 
     fn put_pod_spec(&mut self, app: &str, revision: u64, spec: &Arc<PodSpecWrite>) -> TxResult<()> {
-        let write = spec;
-        let a = self.app_mut(app)?;
-        a.pod_spec = Some(PodSpecRecord {
-            revision,
-            spec: write.spec.clone(),
-            k8s_resources: write.k8s_resources.clone(),
-        });
-        a.pod_spec_write = Some(write.clone());
+        self.app_mut(app)?.pod_spec = Some((revision, spec.clone()));
         Ok(())
     }
 
@@ -697,7 +693,17 @@ impl StateStore for MemoryStore {
     }
 
     fn pod_spec<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Option<PodSpecRecord>> {
-        Box::pin(async move { self.step(|tx| tx.app(app).map(|a| a.pod_spec.clone())) })
+        Box::pin(async move {
+            self.step(|tx| {
+                Ok(tx.app(app)?.pod_spec.as_ref().map(|(revision, write)| {
+                    PodSpecRecord {
+                        revision: *revision,
+                        spec: write.spec.clone(),
+                        k8s_resources: write.k8s_resources.clone(),
+                    }
+                }))
+            })
+        })
     }
 
     fn status(&self) -> StoreFuture<'_, ModelStatus> {

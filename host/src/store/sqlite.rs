@@ -1229,6 +1229,24 @@ impl ModelTx for SqliteTx<'_> {
         ))
     }
 
+    fn coalesces(&mut self, unit: &str, hook: &Hook) -> TxResult<Option<bool>> {
+        // Hooks are stored in one canonical encoding: equal hooks have equal texts, so the
+        // queue is compared where it lies, without decoding it.
+        let (exists, waiting): (bool, bool) = self
+            .conn
+            .prepare_cached(
+                "SELECT EXISTS(SELECT 1 FROM units WHERE name = ?1),
+                        EXISTS(SELECT 1 FROM (SELECT hook FROM hook_queue WHERE unit = ?1
+                                              ORDER BY seq LIMIT -1 OFFSET 1)
+                               WHERE hook = ?2)",
+            )
+            .and_then(|mut s| {
+                s.query_row([unit, encode(hook).as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+            })
+            .db()?;
+        Ok(exists.then_some(waiting))
+    }
+
     fn create_application(&mut self, app: ApplicationRecord) -> TxResult<()> {
         self.exec(
             "INSERT INTO applications (name, charm, metadata, config, status, next_unit)
