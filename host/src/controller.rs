@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+use charm_model::endpoints::{self, Side};
+
 use crate::agent::{HookExecutor, HookRecord, RetryPolicy, UnitAgent};
 use crate::charm::Charm;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
@@ -597,41 +599,22 @@ impl Controller {
         };
         let app_a = self.shared.store.application(a.0).await?;
         let app_b = self.shared.store.application(b.0).await?;
-        let ep_a = app_a
-            .metadata
-            .endpoint(a.1)
-            .ok_or_else(|| bad(format!("{} has no endpoint {:?}", a.0, a.1)))?;
-        let ep_b = app_b
-            .metadata
-            .endpoint(b.1)
-            .ok_or_else(|| bad(format!("{} has no endpoint {:?}", b.0, b.1)))?;
-        if ep_a.interface != ep_b.interface {
-            return Err(bad(format!(
-                "interfaces differ: {} and {}",
-                ep_a.interface, ep_b.interface
-            )));
-        }
-        let compatible = matches!(
-            (ep_a.role, ep_b.role),
-            (RelationRole::Provides, RelationRole::Requires)
-                | (RelationRole::Requires, RelationRole::Provides)
-        );
-        if !compatible {
-            return Err(bad(format!(
-                "roles {:?} and {:?} do not pair",
-                ep_a.role, ep_b.role
-            )));
-        }
-        let endpoints = vec![
-            RelationEndpoint {
-                app: a.0.to_string(),
-                endpoint: a.1.to_string(),
-            },
-            RelationEndpoint {
-                app: b.0.to_string(),
-                endpoint: b.1.to_string(),
-            },
-        ];
+        // The model's rule: both named, the same interface, one providing and one requiring.
+        let side_a = Side {
+            app: a.0,
+            endpoint: Some(a.1),
+            metadata: &app_a.metadata,
+        };
+        let side_b = Side {
+            app: b.0,
+            endpoint: Some(b.1),
+            metadata: &app_b.metadata,
+        };
+        let (ep_a, ep_b, interface) = endpoints::resolve(side_a, side_b).map_err(|e| match e {
+            StoreError::Invalid(why) => bad(why),
+            other => other.into(),
+        })?;
+        let endpoints = vec![ep_a, ep_b];
         // Relating again what is already related (a resumed bundle) changes nothing.
         if let Some(existing) = self.relation_between(&endpoints).await? {
             return Ok(existing);
@@ -640,7 +623,7 @@ impl Controller {
         match self
             .shared
             .store
-            .add_relation(&ep_a.interface, endpoints.clone())
+            .add_relation(&interface, endpoints.clone())
             .await
         {
             Ok((record, queued)) => {

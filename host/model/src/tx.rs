@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use crate::error::StoreError;
 use crate::records::{
-    ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord, PodSpecWrite,
-    RelationId, RelationRecord, SharedBag, SharedConfig, Status, UnitRecord,
+    ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord, PodSpecRecord,
+    PodSpecWrite, QueuedHook, RelationId, RelationRecord, SharedBag, SharedConfig, Status,
+    UnitRecord,
 };
 
 /// What a step's reads and writes answer: the store's own errors only.
@@ -156,6 +157,18 @@ pub trait ModelTx {
 
     /// The hook with this sequence number, if it is queued on the unit.
     fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>>;
+
+    /// `unit`'s queue, in order, `None` if there is no such unit.
+    fn queue_of(&mut self, unit: &str) -> TxResult<Option<Vec<QueuedHook>>>;
+
+    /// Every application's record, by name.
+    fn all_applications(&mut self) -> TxResult<Vec<ApplicationRecord>>;
+
+    /// Every relation, by id.
+    fn all_relations(&mut self) -> TxResult<Vec<Arc<RelationRecord>>>;
+
+    /// The application's pod spec, if it has one.
+    fn pod_spec(&mut self, app: &str) -> TxResult<Option<PodSpecRecord>>;
 
     /// Whether `hook` coalesces into `unit`'s queue as it stands in this step
     /// ([`crate::routing::coalesces`]), `None` if there is no such unit. A store may answer

@@ -16,7 +16,9 @@ use serde_yaml::Value;
 
 use crate::charm::{Charm, CharmRuntime};
 use crate::controller::{Controller, ControllerError};
-use crate::model::{ConfigValue, RelationRole};
+use crate::model::ConfigValue;
+use charm_model::StoreError;
+use charm_model::endpoints::{self, Side};
 
 pub use charm_ref::{CharmRef, is_valid_name};
 pub use export::{ExportedApp, ExportedBundle, export};
@@ -773,85 +775,28 @@ fn placement_problems(to: &Value, spec: &Spec) -> Vec<String> {
     problems
 }
 
-/// Resolves `app[:endpoint]` pairs to endpoints with the same interface and paired roles.
+/// Resolves `app[:endpoint]` pairs to endpoints with the same interface and paired roles,
+/// by the model's rule ([`charm_model::endpoints::resolve`]).
 fn resolve_relation(apps: &[BundleApp], a: &str, b: &str) -> Result<BundleRelation, String> {
-    let split = |s: &str| -> Result<(&BundleApp, Option<String>), String> {
-        let (app, endpoint) = match s.split_once(':') {
-            Some((app, ep)) => (app, Some(ep.to_string())),
-            None => (s, None),
-        };
+    let side = |spec| -> Result<Side<'_>, String> {
+        let (app, endpoint) = endpoints::split(spec);
         let found = apps
             .iter()
             .find(|x| x.name == app)
             .ok_or_else(|| format!("relation {a} {b}: no application {app:?} in the bundle"))?;
-        if let Some(ep) = &endpoint
-            && found.charm.metadata().endpoint(ep).is_none()
-        {
-            let names: Vec<&str> = found
-                .charm
-                .metadata()
-                .relations
-                .iter()
-                .map(|r| r.name.as_str())
-                .collect();
-            return Err(format!(
-                "relation {a} {b}: application {app} has no endpoint {ep:?} (it has: {})",
-                if names.is_empty() {
-                    "none".to_string()
-                } else {
-                    names.join(", ")
-                }
-            ));
-        }
-        Ok((found, endpoint))
+        Ok(Side {
+            app,
+            endpoint,
+            metadata: found.charm.metadata(),
+        })
     };
-    let (app_a, ep_a) = split(a)?;
-    let (app_b, ep_b) = split(b)?;
-    let pairs = |x: RelationRole, y: RelationRole| {
-        matches!(
-            (x, y),
-            (RelationRole::Provides, RelationRole::Requires)
-                | (RelationRole::Requires, RelationRole::Provides)
-        )
-    };
-    let mut candidates = Vec::new();
-    for ea in &app_a.charm.metadata().relations {
-        if ep_a.as_ref().is_some_and(|n| *n != ea.name) {
-            continue;
-        }
-        for eb in &app_b.charm.metadata().relations {
-            if ep_b.as_ref().is_some_and(|n| *n != eb.name) {
-                continue;
-            }
-            if ea.interface == eb.interface && pairs(ea.role, eb.role) {
-                candidates.push((ea.name.clone(), eb.name.clone(), ea.interface.clone()));
-            }
-        }
-    }
-    match candidates.as_slice() {
-        [(x, y, interface)] => Ok(BundleRelation {
-            a: (app_a.name.clone(), x.clone()),
-            b: (app_b.name.clone(), y.clone()),
-            interface: interface.clone(),
-        }),
-        [] => {
-            let describe = |app: &BundleApp, ep: &Option<String>| match ep
-                .as_ref()
-                .and_then(|e| app.charm.metadata().endpoint(e))
-            {
-                Some(e) => {
-                    format!("{}:{} ({:?} {})", app.name, e.name, e.role, e.interface).to_lowercase()
-                }
-                None => app.name.clone(),
-            };
-            Err(format!(
-                "relation {a} {b}: no matching endpoints: {} and {} need the same interface, one providing and one requiring it",
-                describe(app_a, &ep_a),
-                describe(app_b, &ep_b)
-            ))
-        }
-        _ => Err(format!(
-            "relation {a} {b}: ambiguous; name the endpoints (app:endpoint)"
-        )),
-    }
+    let (x, y, interface) = endpoints::resolve(side(a)?, side(b)?).map_err(|e| match e {
+        StoreError::Invalid(why) => why,
+        other => other.to_string(),
+    })?;
+    Ok(BundleRelation {
+        a: (x.app, x.endpoint),
+        b: (y.app, y.endpoint),
+        interface,
+    })
 }

@@ -52,17 +52,14 @@ use charm_model::error::not_found;
 use charm_model::tx::{
     AppView, BagOwner, ElectedTerm, ModelTx, PodSpecState, TxResult, UnitUpdate,
 };
-use charm_model::{commit, config, operations, removal, snapshot, status};
 
 use super::{
-    AppRemoval, Claim, CommitFuture, ConfigApplied, Deployed, HookCommit, Lease, LeaseError,
-    LeaseFuture, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, StoreFuture,
-    UnitDetails,
+    Claim, Lease, LeaseError, LeaseFuture, LeaseStore, QueuedHook, Records, StateStore, Step,
+    StepOp, StoreError, StoreFuture, Verdict,
 };
 use crate::model::{
     ApplicationRecord, Bag, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord, PodSpecRecord,
-    PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, SharedBag, Status, UnitRecord,
-    UnitSnapshot, app_of, apply_writes,
+    PodSpecWrite, RelationId, RelationRecord, SharedBag, Status, UnitRecord, app_of, apply_writes,
 };
 
 /// What the `meta` key says about the data under a prefix.
@@ -174,16 +171,6 @@ struct Seen {
     results: Vec<Vec<KeyValue>>,
 }
 
-impl Seen {
-    fn one(&self, i: usize) -> Option<&KeyValue> {
-        self.results[i].first()
-    }
-
-    fn all(&self, i: usize) -> &[KeyValue] {
-        &self.results[i]
-    }
-}
-
 /// Leases and model state in etcd.
 pub struct EtcdStore {
     model: String,
@@ -224,15 +211,6 @@ fn unavailable(e: etcd_client::Error) -> StoreError {
 
 fn lease_unavailable(e: impl std::fmt::Display) -> LeaseError {
     LeaseError::Unavailable(format!("etcd: {e}"))
-}
-
-fn decode<T: DeserializeOwned>(kv: &KeyValue) -> Result<T, StoreError> {
-    serde_json::from_slice(kv.value()).map_err(|e| {
-        StoreError::Corrupt(format!(
-            "etcd key {}: {e}",
-            String::from_utf8_lossy(kv.key())
-        ))
-    })
 }
 
 fn decode_value<T: DeserializeOwned>(key: &str, value: &[u8]) -> Result<T, StoreError> {
@@ -455,21 +433,6 @@ impl EtcdStore {
         StoreError::Unavailable(format!(
             "{what}: other hosts kept changing the same keys ({MAX_ATTEMPTS} attempts)"
         ))
-    }
-
-    /// Applications by name, from a read of `apps/`.
-    fn apps_of(kvs: &[KeyValue]) -> Result<BTreeMap<String, AppDoc>, StoreError> {
-        kvs.iter()
-            .map(|kv| decode::<AppDoc>(kv).map(|a| (a.record.name.clone(), a)))
-            .collect()
-    }
-
-    fn relations_of(kvs: &[KeyValue]) -> Result<Vec<RelationRecord>, StoreError> {
-        kvs.iter().map(decode).collect()
-    }
-
-    fn queue_of(kv: Option<&KeyValue>) -> Result<Vec<QueueEntry>, StoreError> {
-        kv.map_or(Ok(Vec::new()), decode)
     }
 
     /// The wake-up for `unit`'s agent.
@@ -773,353 +736,10 @@ impl StateStore for EtcdStore {
         &self.model
     }
 
-    fn add_application<'a>(&'a self, app: ApplicationRecord) -> StoreFuture<'a, ()> {
+    fn step<'a>(&'a self, step: Step<'a>, op: &'a mut StepOp<'a>) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let prefetch = vec![Read::Key(self.app_key(&app.name))];
-            self.step("adding an application", prefetch, |tx| {
-                operations::add_application(tx, app.clone())
-            })
-            .await
-        })
-    }
-
-    fn application<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ApplicationRecord> {
-        Box::pin(async move {
-            let seen = self.read(&[Read::Key(self.app_key(name))], None).await?;
-            let kv = seen
-                .one(0)
-                .ok_or_else(|| not_found(format!("application {name}")))?;
-            Ok(decode::<AppDoc>(kv)?.record)
-        })
-    }
-
-    fn applications(&self) -> StoreFuture<'_, Vec<ApplicationRecord>> {
-        Box::pin(async move {
-            let seen = self.read(&[Read::Prefix(self.key("apps/"))], None).await?;
-            Ok(Self::apps_of(seen.all(0))?
-                .into_values()
-                .map(|a| a.record)
-                .collect())
-        })
-    }
-
-    fn add_unit<'a>(&'a self, app: &'a str) -> StoreFuture<'a, String> {
-        Box::pin(async move {
-            let prefetch = vec![Read::Key(self.app_key(app))];
-            self.step(&format!("adding a unit to {app}"), prefetch, |tx| {
-                operations::add_unit(tx, app)
-            })
-            .await
-        })
-    }
-
-    fn units<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Vec<String>> {
-        Box::pin(async move {
-            let seen = self.read(&[Read::Key(self.app_key(app))], None).await?;
-            let kv = seen
-                .one(0)
-                .ok_or_else(|| not_found(format!("application {app}")))?;
-            Ok(decode::<AppDoc>(kv)?.units)
-        })
-    }
-
-    fn add_relation<'a>(
-        &'a self,
-        interface: &'a str,
-        endpoints: Vec<RelationEndpoint>,
-    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
-        Box::pin(async move {
-            let prefetch = vec![
-                Read::Prefix(self.key("apps/")),
-                Read::Prefix(self.key("relations/")),
-                Read::Key(self.key("next-relation")),
-            ];
-            self.step("adding a relation", prefetch, |tx| {
-                operations::add_relation(tx, interface, endpoints.clone())
-            })
-            .await
-        })
-    }
-
-    fn enqueue<'a>(&'a self, hooks: Vec<(String, Hook)>) -> StoreFuture<'a, Vec<QueuedHook>> {
-        Box::pin(async move {
-            let units: BTreeSet<&str> = hooks.iter().map(|(u, _)| u.as_str()).collect();
-            let prefetch = units
-                .iter()
-                .flat_map(|u| [Read::Key(self.unit_key(u)), Read::Key(self.queue_key(u))])
-                .collect();
-            self.step("queueing hooks", prefetch, |tx| {
-                operations::enqueue(tx, hooks.clone())
-            })
-            .await
-        })
-    }
-
-    fn queued<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
-        Box::pin(async move {
-            let seen = self
-                .read(
-                    &[
-                        Read::Key(self.unit_key(unit)),
-                        Read::Key(self.queue_key(unit)),
-                    ],
-                    None,
-                )
-                .await?;
-            if seen.one(0).is_none() {
-                return Err(not_found(format!("unit {unit}")));
-            }
-            Ok(Self::queue_of(seen.one(1))?
-                .into_iter()
-                .map(|e| QueuedHook {
-                    unit: unit.to_string(),
-                    seq: e.seq,
-                    hook: e.hook,
-                })
-                .collect())
-        })
-    }
-
-    fn relations(&self) -> StoreFuture<'_, Vec<RelationRecord>> {
-        Box::pin(async move {
-            let seen = self
-                .read(&[Read::Prefix(self.key("relations/"))], None)
-                .await?;
-            Self::relations_of(seen.all(0))
-        })
-    }
-
-    fn snapshot<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitSnapshot> {
-        Box::pin(async move {
-            let app = app_of(unit);
-            let prefetch = vec![
-                Read::Key(self.unit_key(unit)),
-                Read::Prefix(self.key("apps/")),
-                Read::Prefix(self.key("relations/")),
-                Read::Key(self.leader_data_key(app)),
-                Read::Key(self.app_status_key(app)),
-            ];
-            self.step(&format!("snapshot of {unit}"), prefetch, |tx| {
-                snapshot::snapshot(tx, &self.model, unit)
-            })
-            .await
-        })
-    }
-
-    fn commit_hook<'a>(&'a self, request: HookCommit<'a>) -> CommitFuture<'a> {
-        Box::pin(async move {
-            let unit = request.unit;
-            let app = app_of(unit);
-            let changes = request.changes;
-            let mut prefetch = vec![
-                Read::Key(self.unit_key(unit)),
-                Read::Key(self.queue_key(unit)),
-                Read::Prefix(self.key("apps/")),
-                Read::Prefix(self.key("relations/")),
-                Read::Key(self.leader_data_key(app)),
-                Read::Key(self.pod_spec_key(app)),
-                Read::Key(self.lease_key(app)),
-            ];
-            prefetch.extend(
-                (changes
-                    .unit_bags
-                    .keys()
-                    .map(|id| self.unit_bag_key(*id, unit)))
-                .chain(changes.app_bags.keys().map(|id| self.app_bag_key(*id, app)))
-                .map(Read::Key),
-            );
-            self.step(&format!("commit of {unit}"), prefetch, |tx| {
-                commit::commit(tx, request)
-            })
-            .await
-        })
-    }
-
-    fn set_hook_error<'a>(&'a self, unit: &'a str, error: Option<String>) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            let prefetch = vec![Read::Key(self.unit_key(unit))];
-            self.step(&format!("error status of {unit}"), prefetch, |tx| {
-                operations::set_hook_error(tx, unit, error.as_deref())
-            })
-            .await
-        })
-    }
-
-    fn pod_spec<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Option<PodSpecRecord>> {
-        Box::pin(async move {
-            let seen = self
-                .read(
-                    &[
-                        Read::Key(self.app_key(app)),
-                        Read::Key(self.pod_spec_key(app)),
-                    ],
-                    None,
-                )
-                .await?;
-            if seen.one(0).is_none() {
-                return Err(not_found(format!("application {app}")));
-            }
-            seen.one(1).map(decode).transpose()
-        })
-    }
-
-    fn status(&self) -> StoreFuture<'_, ModelStatus> {
-        Box::pin(async move {
-            let prefetch = [
-                "apps/",
-                "units/",
-                "app-status/",
-                "leader-data/",
-                "pod-specs/",
-                "leases/",
-            ]
-            .map(|p| Read::Prefix(self.key(p)))
-            .to_vec();
-            self.step("status", prefetch, |tx| status::status(tx)).await
-        })
-    }
-
-    fn deploy<'a>(&'a self, app: ApplicationRecord, units: u32) -> StoreFuture<'a, Deployed> {
-        Box::pin(async move {
-            let mut prefetch = self.model_prefetch();
-            prefetch.push(Read::Key(self.key("next-relation")));
-            self.step(&format!("deploying {}", app.name), prefetch, |tx| {
-                operations::deploy(tx, app.clone(), units)
-            })
-            .await
-        })
-    }
-
-    fn add_units<'a>(&'a self, app: &'a str, count: u32) -> StoreFuture<'a, Vec<String>> {
-        Box::pin(async move {
-            self.step(
-                &format!("adding units to {app}"),
-                self.model_prefetch(),
-                |tx| operations::add_units(tx, app, count),
-            )
-            .await
-        })
-    }
-
-    fn remove_units<'a>(&'a self, units: Vec<String>) -> StoreFuture<'a, Vec<QueuedHook>> {
-        Box::pin(async move {
-            self.step("removing units", self.model_prefetch(), |tx| {
-                removal::remove_units(tx, &units)
-            })
-            .await
-        })
-    }
-
-    fn unit_details<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitDetails> {
-        Box::pin(async move {
-            self.step(&format!("details of {unit}"), self.model_prefetch(), |tx| {
-                snapshot::unit_details(tx, &self.model, unit)
-            })
-            .await
-        })
-    }
-
-    fn resolve_unit<'a>(&'a self, unit: &'a str, retry: bool) -> StoreFuture<'a, Option<Hook>> {
-        Box::pin(async move {
-            let prefetch = vec![
-                Read::Key(self.unit_key(unit)),
-                Read::Key(self.queue_key(unit)),
-            ];
-            self.step(&format!("resolving {unit}"), prefetch, |tx| {
-                operations::resolve_unit(tx, unit, retry)
-            })
-            .await
-        })
-    }
-
-    fn record_logs<'a>(&'a self, unit: &'a str, lines: Vec<LogRecord>) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            let prefetch = vec![
-                Read::Key(self.unit_key(unit)),
-                Read::Key(self.logs_key(unit)),
-            ];
-            self.step(&format!("logs of {unit}"), prefetch, |tx| {
-                operations::record_logs(tx, unit, &lines)
-            })
-            .await
-        })
-    }
-
-    fn debug_log<'a>(
-        &'a self,
-        unit: Option<&'a str>,
-        lines: usize,
-    ) -> StoreFuture<'a, Vec<LogRecord>> {
-        Box::pin(async move {
-            let mut prefetch = self.model_prefetch();
-            prefetch.push(Read::Prefix(self.key("logs/")));
-            self.step("reading logs", prefetch, |tx| {
-                operations::debug_log(tx, unit, lines)
-            })
-            .await
-        })
-    }
-
-    fn set_config<'a>(
-        &'a self,
-        app: &'a str,
-        set: BTreeMap<String, ConfigValue>,
-        reset: Vec<String>,
-    ) -> StoreFuture<'a, ConfigApplied> {
-        Box::pin(async move {
-            let prefetch = vec![
-                Read::Key(self.app_key(app)),
-                Read::Prefix(self.key("units/")),
-                Read::Prefix(self.key("queues/")),
-            ];
-            self.step(&format!("config of {app}"), prefetch, |tx| {
-                config::set_config(tx, app, &set, &reset)
-            })
-            .await
-        })
-    }
-
-    fn relate<'a>(
-        &'a self,
-        a: &'a str,
-        b: &'a str,
-    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
-        Box::pin(async move {
-            self.step("relating", self.model_prefetch(), |tx| {
-                operations::relate(tx, a, b)
-            })
-            .await
-        })
-    }
-
-    fn remove_unit<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
-        Box::pin(async move {
-            self.step(&format!("removing {unit}"), self.model_prefetch(), |tx| {
-                removal::remove_unit(tx, unit)
-            })
-            .await
-        })
-    }
-
-    fn remove_relation<'a>(
-        &'a self,
-        a: &'a str,
-        b: &'a str,
-    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
-        Box::pin(async move {
-            self.step("removing a relation", self.model_prefetch(), |tx| {
-                removal::remove_relation(tx, a, b)
-            })
-            .await
-        })
-    }
-
-    fn remove_application<'a>(&'a self, app: &'a str, force: bool) -> StoreFuture<'a, AppRemoval> {
-        Box::pin(async move {
-            self.step(&format!("removing {app}"), self.model_prefetch(), |tx| {
-                removal::remove_application(tx, app, force)
-            })
-            .await
+            self.optimistic_step(&step, self.prefetch(step.reads), op)
+                .await
         })
     }
 
@@ -1365,6 +985,41 @@ impl<'s> EtcdTx<'s> {
 }
 
 impl ModelTx for EtcdTx<'_> {
+    fn queue_of(&mut self, unit: &str) -> TxResult<Option<Vec<QueuedHook>>> {
+        if !self.unit_exists(unit)? {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.queue(unit)?
+                .into_iter()
+                .map(|e| QueuedHook {
+                    unit: unit.to_string(),
+                    seq: e.seq,
+                    hook: e.hook,
+                })
+                .collect(),
+        ))
+    }
+
+    fn all_applications(&mut self) -> TxResult<Vec<ApplicationRecord>> {
+        let apps = self.scan(&self.store.key("apps/"));
+        apps.iter()
+            .map(|(k, v)| Ok(decode_value::<AppDoc>(k, v)?.record))
+            .collect()
+    }
+
+    fn all_relations(&mut self) -> TxResult<Vec<Arc<RelationRecord>>> {
+        // Keys hold zero-padded ids: key order is id order.
+        let all = self.scan(&self.store.key("relations/"));
+        all.iter()
+            .map(|(k, v)| Ok(Arc::new(decode_value(k, v)?)))
+            .collect()
+    }
+
+    fn pod_spec(&mut self, app: &str) -> TxResult<Option<PodSpecRecord>> {
+        self.doc(&self.store.pod_spec_key(app))
+    }
+
     fn application(&mut self, app: &str) -> TxResult<Option<ApplicationRecord>> {
         Ok(self.app_doc(app)?.map(|d| d.record))
     }
@@ -1721,23 +1376,69 @@ impl ModelTx for EtcdTx<'_> {
 }
 
 impl EtcdStore {
+    /// The keys and prefixes that hold `records`, to fetch in one round trip.
+    fn prefetch(&self, records: &[Records<'_>]) -> Vec<Read> {
+        let mut reads = Vec::new();
+        for record in records {
+            match *record {
+                Records::App(app) => reads.push(Read::Key(self.app_key(app))),
+                Records::Apps => reads.push(Read::Prefix(self.key("apps/"))),
+                Records::Unit(unit) => reads.push(Read::Key(self.unit_key(unit))),
+                Records::Units => reads.push(Read::Prefix(self.key("units/"))),
+                Records::Queue(unit) => reads.push(Read::Key(self.queue_key(unit))),
+                Records::Queues => reads.push(Read::Prefix(self.key("queues/"))),
+                Records::UnitsOf(hooks) => {
+                    for (unit, _) in hooks {
+                        reads.push(Read::Key(self.unit_key(unit)));
+                        reads.push(Read::Key(self.queue_key(unit)));
+                    }
+                }
+                Records::Relations => reads.push(Read::Prefix(self.key("relations/"))),
+                Records::NextRelation => reads.push(Read::Key(self.key("next-relation"))),
+                Records::LeaderData(app) => reads.push(Read::Key(self.leader_data_key(app))),
+                Records::AllLeaderData => reads.push(Read::Prefix(self.key("leader-data/"))),
+                Records::AppStatus(app) => reads.push(Read::Key(self.app_status_key(app))),
+                Records::AppStatuses => reads.push(Read::Prefix(self.key("app-status/"))),
+                Records::PodSpec(app) => reads.push(Read::Key(self.pod_spec_key(app))),
+                Records::PodSpecs => reads.push(Read::Prefix(self.key("pod-specs/"))),
+                Records::Lease(app) => reads.push(Read::Key(self.lease_key(app))),
+                Records::Leases => reads.push(Read::Prefix(self.key("leases/"))),
+                Records::BagsWritten(changes, unit) => {
+                    let app = app_of(unit);
+                    reads.extend(
+                        (changes.unit_bags.keys())
+                            .map(|id| self.unit_bag_key(*id, unit))
+                            .chain(changes.app_bags.keys().map(|id| self.app_bag_key(*id, app)))
+                            .map(Read::Key),
+                    );
+                }
+                Records::Logs(unit) => reads.push(Read::Key(self.logs_key(unit))),
+                Records::AllLogs => reads.push(Read::Prefix(self.key("logs/"))),
+                Records::Model => reads.extend(self.model_prefetch()),
+            }
+        }
+        reads.sort();
+        reads.dedup();
+        reads
+    }
+
     /// Runs a model operation as one optimistic step: reads `prefetch` (and whatever else
     /// the operation turns out to need, at the same revision), then applies its writes in
     /// one `Txn` guarded by what it used; if another host changed any of that meanwhile, the
     /// operation runs again from fresh reads. An operation that writes nothing is a read of
     /// one revision.
-    async fn step<T, E: From<StoreError>>(
+    async fn optimistic_step(
         &self,
-        what: &str,
+        step: &Step<'_>,
         prefetch: Vec<Read>,
-        mut op: impl FnMut(&mut EtcdTx<'_>) -> Result<T, E>,
-    ) -> Result<T, E> {
+        op: &mut StepOp<'_>,
+    ) -> Result<(), StoreError> {
         for _ in 0..MAX_ATTEMPTS {
             let seen = self.read(&prefetch, None).await?;
             let mut tx = EtcdTx::new(self, seen.revision);
             tx.absorb(&prefetch, seen);
             loop {
-                let out = op(&mut tx);
+                let verdict = op(&mut tx);
                 if !tx.missing.is_empty() {
                     // The run saw absent what it had not fetched: fetch it and run again.
                     let mut missing = std::mem::take(&mut tx.missing);
@@ -1748,13 +1449,15 @@ impl EtcdStore {
                     tx.restart();
                     continue;
                 }
-                let out = out?;
-                if tx.writes.is_empty() || self.write(tx.compares(), tx.ops()).await? {
-                    return Ok(out);
+                if verdict == Verdict::Abort
+                    || tx.writes.is_empty()
+                    || self.write(tx.compares(), tx.ops()).await?
+                {
+                    return Ok(());
                 }
                 break;
             }
         }
-        Err(Self::contended(what).into())
+        Err(Self::contended(&step.describe()))
     }
 }

@@ -12,14 +12,10 @@ use rand::{Rng, SeedableRng};
 use tokio::time::{Instant, sleep};
 
 use super::{
-    AppRemoval, Claim, CommitError, CommitFuture, CommitReceipt, Committed, ConfigApplied,
-    Deployed, Fence, HookCommit, Lease, LeaseError, LeaseFuture, LeaseStore, ModelStatus,
-    QueuedHook, StateStore, Store, StoreError, StoreFuture, UnitDetails,
+    Claim, CommitError, CommitFuture, CommitReceipt, Committed, Fence, HookCommit, Lease,
+    LeaseError, LeaseFuture, LeaseStore, StateStore, Step, StepOp, Store, StoreError, StoreFuture,
 };
-use crate::model::{
-    ApplicationRecord, Changes, ConfigValue, Hook, LogRecord, PodSpecRecord, RelationEndpoint,
-    RelationRecord, UnitSnapshot,
-};
+use crate::model::Changes;
 
 /// A window, from the start of the run, in which the store answers nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -351,50 +347,11 @@ impl StateStore for FaultyStore {
         self.inner.model_name()
     }
 
-    fn add_application<'a>(&'a self, app: ApplicationRecord) -> StoreFuture<'a, ()> {
-        self.inner.add_application(app)
+    fn step<'a>(&'a self, step: Step<'a>, op: &'a mut StepOp<'a>) -> StoreFuture<'a, ()> {
+        self.inner.step(step, op)
     }
 
-    fn application<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ApplicationRecord> {
-        self.inner.application(name)
-    }
-
-    fn applications(&self) -> StoreFuture<'_, Vec<ApplicationRecord>> {
-        self.inner.applications()
-    }
-
-    fn add_unit<'a>(&'a self, app: &'a str) -> StoreFuture<'a, String> {
-        self.inner.add_unit(app)
-    }
-
-    fn units<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Vec<String>> {
-        self.inner.units(app)
-    }
-
-    fn add_relation<'a>(
-        &'a self,
-        interface: &'a str,
-        endpoints: Vec<RelationEndpoint>,
-    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
-        self.inner.add_relation(interface, endpoints)
-    }
-
-    fn enqueue<'a>(&'a self, hooks: Vec<(String, Hook)>) -> StoreFuture<'a, Vec<QueuedHook>> {
-        self.inner.enqueue(hooks)
-    }
-
-    fn queued<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
-        self.inner.queued(unit)
-    }
-
-    fn relations(&self) -> StoreFuture<'_, Vec<RelationRecord>> {
-        self.inner.relations()
-    }
-
-    fn snapshot<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitSnapshot> {
-        self.inner.snapshot(unit)
-    }
-
+    /// A commit suffers the plan's faults, and goes into the write history.
     fn commit_hook<'a>(&'a self, request: HookCommit<'a>) -> CommitFuture<'a> {
         Box::pin(async move {
             let op = self.writes.as_ref().and_then(|w| w.invoked(&request));
@@ -404,83 +361,6 @@ impl StateStore for FaultyStore {
             }
             answer
         })
-    }
-
-    fn set_hook_error<'a>(&'a self, unit: &'a str, error: Option<String>) -> StoreFuture<'a, ()> {
-        self.inner.set_hook_error(unit, error)
-    }
-
-    fn pod_spec<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Option<PodSpecRecord>> {
-        self.inner.pod_spec(app)
-    }
-
-    fn status(&self) -> StoreFuture<'_, ModelStatus> {
-        self.inner.status()
-    }
-
-    fn deploy<'a>(&'a self, app: ApplicationRecord, units: u32) -> StoreFuture<'a, Deployed> {
-        self.inner.deploy(app, units)
-    }
-
-    fn unit_details<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitDetails> {
-        self.inner.unit_details(unit)
-    }
-
-    fn resolve_unit<'a>(&'a self, unit: &'a str, retry: bool) -> StoreFuture<'a, Option<Hook>> {
-        self.inner.resolve_unit(unit, retry)
-    }
-
-    fn record_logs<'a>(&'a self, unit: &'a str, lines: Vec<LogRecord>) -> StoreFuture<'a, ()> {
-        self.inner.record_logs(unit, lines)
-    }
-
-    fn debug_log<'a>(
-        &'a self,
-        unit: Option<&'a str>,
-        lines: usize,
-    ) -> StoreFuture<'a, Vec<LogRecord>> {
-        self.inner.debug_log(unit, lines)
-    }
-
-    fn set_config<'a>(
-        &'a self,
-        app: &'a str,
-        set: BTreeMap<String, ConfigValue>,
-        reset: Vec<String>,
-    ) -> StoreFuture<'a, ConfigApplied> {
-        self.inner.set_config(app, set, reset)
-    }
-
-    fn relate<'a>(
-        &'a self,
-        a: &'a str,
-        b: &'a str,
-    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
-        self.inner.relate(a, b)
-    }
-
-    fn add_units<'a>(&'a self, app: &'a str, count: u32) -> StoreFuture<'a, Vec<String>> {
-        self.inner.add_units(app, count)
-    }
-
-    fn remove_units<'a>(&'a self, units: Vec<String>) -> StoreFuture<'a, Vec<QueuedHook>> {
-        self.inner.remove_units(units)
-    }
-
-    fn remove_unit<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
-        self.inner.remove_unit(unit)
-    }
-
-    fn remove_relation<'a>(
-        &'a self,
-        a: &'a str,
-        b: &'a str,
-    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
-        self.inner.remove_relation(a, b)
-    }
-
-    fn remove_application<'a>(&'a self, app: &'a str, force: bool) -> StoreFuture<'a, AppRemoval> {
-        self.inner.remove_application(app, force)
     }
 }
 

@@ -11,16 +11,15 @@ use charm_model::error::not_found;
 use charm_model::tx::{
     AppView, BagOwner, ElectedTerm, ModelTx, PodSpecState, TxResult, UnitUpdate,
 };
-use charm_model::{commit, config, operations, removal, snapshot, status};
 
 use super::{
-    AppRemoval, Claim, CommitFuture, ConfigApplied, Deployed, HookCommit, Lease, LeaseFuture,
-    LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, StoreFuture, UnitDetails,
+    Claim, Lease, LeaseFuture, LeaseStore, QueuedHook, StateStore, Step, StepOp, StoreError,
+    StoreFuture,
 };
 use crate::model::{
     ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord, PodSpecRecord,
-    PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, SharedBag, SharedConfig, Status,
-    UnitRecord, UnitSnapshot, apply_writes,
+    PodSpecWrite, RelationId, RelationRecord, SharedBag, SharedConfig, Status, UnitRecord,
+    apply_writes,
 };
 
 #[derive(Debug, Clone)]
@@ -116,7 +115,7 @@ impl MemoryStore {
     }
 
     /// Runs a model operation in one step, under the lock.
-    fn step<T>(&self, op: impl FnOnce(&mut MemoryTx<'_>) -> T) -> T {
+    fn locked<T>(&self, op: impl FnOnce(&mut MemoryTx<'_>) -> T) -> T {
         let mut inner = self.lock();
         op(&mut MemoryTx {
             inner: &mut inner,
@@ -132,13 +131,6 @@ struct MemoryTx<'a> {
 }
 
 impl MemoryTx<'_> {
-    fn app(&self, app: &str) -> Result<&AppEntry, StoreError> {
-        self.inner
-            .apps
-            .get(app)
-            .ok_or_else(|| not_found(format!("application {app}")))
-    }
-
     fn app_mut(&mut self, app: &str) -> Result<&mut AppEntry, StoreError> {
         self.inner
             .apps
@@ -376,6 +368,45 @@ impl ModelTx for MemoryTx<'_> {
         })
     }
 
+    fn queue_of(&mut self, unit: &str) -> TxResult<Option<Vec<QueuedHook>>> {
+        Ok(self.inner.units.get(unit).map(|u| {
+            u.queue
+                .iter()
+                .map(|(seq, hook)| QueuedHook {
+                    unit: unit.to_string(),
+                    seq: *seq,
+                    hook: hook.clone(),
+                })
+                .collect()
+        }))
+    }
+
+    fn all_applications(&mut self) -> TxResult<Vec<ApplicationRecord>> {
+        Ok(self.inner.apps.values().map(|a| a.record.clone()).collect())
+    }
+
+    fn all_relations(&mut self) -> TxResult<Vec<Arc<RelationRecord>>> {
+        Ok(self
+            .inner
+            .relations
+            .values()
+            .map(|r| r.record.clone())
+            .collect())
+    }
+
+    fn pod_spec(&mut self, app: &str) -> TxResult<Option<PodSpecRecord>> {
+        Ok(self
+            .inner
+            .apps
+            .get(app)
+            .and_then(|a| a.pod_spec.as_ref())
+            .map(|(revision, write)| PodSpecRecord {
+                revision: *revision,
+                spec: write.spec.clone(),
+                k8s_resources: write.k8s_resources.clone(),
+            }))
+    }
+
     fn queued_hooks(&mut self, unit: &str) -> TxResult<Option<Vec<Hook>>> {
         Ok(self
             .inner
@@ -385,9 +416,11 @@ impl ModelTx for MemoryTx<'_> {
     }
 
     fn coalesces(&mut self, unit: &str, hook: &Hook) -> TxResult<Option<bool>> {
-        Ok(self.inner.units.get(unit).map(|u| {
-            u.queue.iter().skip(1).any(|(_, queued)| queued == hook)
-        }))
+        Ok(self
+            .inner
+            .units
+            .get(unit)
+            .map(|u| u.queue.iter().skip(1).any(|(_, queued)| queued == hook)))
     }
 
     fn create_application(&mut self, record: ApplicationRecord) -> TxResult<()> {
@@ -600,178 +633,12 @@ impl StateStore for MemoryStore {
         &self.model
     }
 
-    fn add_application<'a>(&'a self, app: ApplicationRecord) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.step(|tx| operations::add_application(tx, app)) })
-    }
-
-    fn application<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ApplicationRecord> {
-        Box::pin(async move { self.step(|tx| tx.app(name).map(|a| a.record.clone())) })
-    }
-
-    fn applications(&self) -> StoreFuture<'_, Vec<ApplicationRecord>> {
+    fn step<'a>(&'a self, _step: Step<'a>, op: &'a mut StepOp<'a>) -> StoreFuture<'a, ()> {
+        // The model's operations check before they write: one that fails has written
+        // nothing, so there is nothing to undo.
         Box::pin(async move {
-            Ok(self
-                .lock()
-                .apps
-                .values()
-                .map(|a| a.record.clone())
-                .collect())
+            self.locked(|tx| op(tx));
+            Ok(())
         })
-    }
-
-    fn add_unit<'a>(&'a self, app: &'a str) -> StoreFuture<'a, String> {
-        Box::pin(async move { self.step(|tx| operations::add_unit(tx, app)) })
-    }
-
-    fn units<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Vec<String>> {
-        Box::pin(async move { self.step(|tx| tx.app(app).map(|a| a.units.clone())) })
-    }
-
-    fn add_relation<'a>(
-        &'a self,
-        interface: &'a str,
-        endpoints: Vec<RelationEndpoint>,
-    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
-        Box::pin(async move { self.step(|tx| operations::add_relation(tx, interface, endpoints)) })
-    }
-
-    fn relations(&self) -> StoreFuture<'_, Vec<RelationRecord>> {
-        Box::pin(async move {
-            Ok(self
-                .lock()
-                .relations
-                .values()
-                .map(|r| RelationRecord::clone(&r.record))
-                .collect())
-        })
-    }
-
-    fn snapshot<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitSnapshot> {
-        Box::pin(async move { self.step(|tx| snapshot::snapshot(tx, &self.model, unit)) })
-    }
-
-    fn enqueue<'a>(&'a self, hooks: Vec<(String, Hook)>) -> StoreFuture<'a, Vec<QueuedHook>> {
-        Box::pin(async move {
-            // All or nothing: a unit that does not exist queues nothing.
-            self.step(|tx| {
-                for (unit, _) in &hooks {
-                    if !tx.unit_exists(unit)? {
-                        return Err(not_found(format!("unit {unit}")));
-                    }
-                }
-                operations::enqueue(tx, hooks)
-            })
-        })
-    }
-
-    fn queued<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
-        Box::pin(async move {
-            let inner = self.lock();
-            let u = inner
-                .units
-                .get(unit)
-                .ok_or_else(|| not_found(format!("unit {unit}")))?;
-            Ok(u.queue
-                .iter()
-                .map(|(seq, hook)| QueuedHook {
-                    unit: unit.to_string(),
-                    seq: *seq,
-                    hook: hook.clone(),
-                })
-                .collect())
-        })
-    }
-
-    fn commit_hook<'a>(&'a self, request: HookCommit<'a>) -> CommitFuture<'a> {
-        Box::pin(async move { self.step(|tx| commit::commit(tx, request)) })
-    }
-
-    fn set_hook_error<'a>(&'a self, unit: &'a str, error: Option<String>) -> StoreFuture<'a, ()> {
-        Box::pin(
-            async move { self.step(|tx| operations::set_hook_error(tx, unit, error.as_deref())) },
-        )
-    }
-
-    fn pod_spec<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Option<PodSpecRecord>> {
-        Box::pin(async move {
-            self.step(|tx| {
-                Ok(tx.app(app)?.pod_spec.as_ref().map(|(revision, write)| {
-                    PodSpecRecord {
-                        revision: *revision,
-                        spec: write.spec.clone(),
-                        k8s_resources: write.k8s_resources.clone(),
-                    }
-                }))
-            })
-        })
-    }
-
-    fn status(&self) -> StoreFuture<'_, ModelStatus> {
-        Box::pin(async move { self.step(|tx| status::status(tx)) })
-    }
-
-    fn deploy<'a>(&'a self, app: ApplicationRecord, units: u32) -> StoreFuture<'a, Deployed> {
-        Box::pin(async move { self.step(|tx| operations::deploy(tx, app, units)) })
-    }
-
-    fn add_units<'a>(&'a self, app: &'a str, count: u32) -> StoreFuture<'a, Vec<String>> {
-        Box::pin(async move { self.step(|tx| operations::add_units(tx, app, count)) })
-    }
-
-    fn remove_units<'a>(&'a self, units: Vec<String>) -> StoreFuture<'a, Vec<QueuedHook>> {
-        Box::pin(async move { self.step(|tx| removal::remove_units(tx, &units)) })
-    }
-
-    fn unit_details<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitDetails> {
-        Box::pin(async move { self.step(|tx| snapshot::unit_details(tx, &self.model, unit)) })
-    }
-
-    fn resolve_unit<'a>(&'a self, unit: &'a str, retry: bool) -> StoreFuture<'a, Option<Hook>> {
-        Box::pin(async move { self.step(|tx| operations::resolve_unit(tx, unit, retry)) })
-    }
-
-    fn record_logs<'a>(&'a self, unit: &'a str, lines: Vec<LogRecord>) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.step(|tx| operations::record_logs(tx, unit, &lines)) })
-    }
-
-    fn debug_log<'a>(
-        &'a self,
-        unit: Option<&'a str>,
-        lines: usize,
-    ) -> StoreFuture<'a, Vec<LogRecord>> {
-        Box::pin(async move { self.step(|tx| operations::debug_log(tx, unit, lines)) })
-    }
-
-    fn set_config<'a>(
-        &'a self,
-        app: &'a str,
-        set: BTreeMap<String, ConfigValue>,
-        reset: Vec<String>,
-    ) -> StoreFuture<'a, ConfigApplied> {
-        Box::pin(async move { self.step(|tx| config::set_config(tx, app, &set, &reset)) })
-    }
-
-    fn relate<'a>(
-        &'a self,
-        a: &'a str,
-        b: &'a str,
-    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
-        Box::pin(async move { self.step(|tx| operations::relate(tx, a, b)) })
-    }
-
-    fn remove_unit<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
-        Box::pin(async move { self.step(|tx| removal::remove_unit(tx, unit)) })
-    }
-
-    fn remove_relation<'a>(
-        &'a self,
-        a: &'a str,
-        b: &'a str,
-    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
-        Box::pin(async move { self.step(|tx| removal::remove_relation(tx, a, b)) })
-    }
-
-    fn remove_application<'a>(&'a self, app: &'a str, force: bool) -> StoreFuture<'a, AppRemoval> {
-        Box::pin(async move { self.step(|tx| removal::remove_application(tx, app, force)) })
     }
 }

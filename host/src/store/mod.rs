@@ -21,8 +21,8 @@ pub use memory::MemoryStore;
 pub use sqlite::SqliteStore;
 pub use state::{
     AppRemoval, AppStatusRow, CommitError, CommitFuture, CommitReceipt, Committed, ConfigApplied,
-    Deployed, Fence, HookCommit, ModelStatus, StateStore, StoreError, StoreFuture, UnitDetails,
-    UnitStatusRow,
+    Deployed, Fence, HookCommit, ModelStatus, Records, StateStore, Step, StepOp, StoreError,
+    StoreFuture, UnitDetails, UnitStatusRow, Verdict,
 };
 
 use std::future::Future;

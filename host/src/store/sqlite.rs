@@ -63,17 +63,15 @@ use charm_model::error::not_found;
 use charm_model::tx::{
     AppView, BagOwner, ElectedTerm, ModelTx, PodSpecState, TxResult, UnitUpdate,
 };
-use charm_model::{commit, config, operations, removal, snapshot, status};
 
 use super::{
-    AppRemoval, Claim, CommitFuture, ConfigApplied, Deployed, HookCommit, Lease, LeaseError,
-    LeaseFuture, LeaseStore, ModelStatus, QueuedHook, StateStore, StoreError, StoreFuture,
-    UnitDetails,
+    Claim, Lease, LeaseError, LeaseFuture, LeaseStore, QueuedHook, StateStore, Step, StepOp,
+    StoreError, StoreFuture, Verdict,
 };
 use crate::model::{
     ApplicationRecord, Bag, BagWrites, CharmMetadata, ConfigValue, Hook, LeaseHolder, LogRecord,
-    PodSpecRecord, PodSpecWrite, RelationEndpoint, RelationId, RelationRecord, SharedBag,
-    SharedConfig, Status, UnitRecord, UnitSnapshot,
+    PodSpecRecord, PodSpecWrite, RelationId, RelationRecord, SharedBag, SharedConfig, Status,
+    UnitRecord,
 };
 
 /// How long an operation waits for another process's write transaction before it fails as
@@ -1241,10 +1239,53 @@ impl ModelTx for SqliteTx<'_> {
                                WHERE hook = ?2)",
             )
             .and_then(|mut s| {
-                s.query_row([unit, encode(hook).as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+                s.query_row([unit, encode(hook).as_str()], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
             })
             .db()?;
         Ok(exists.then_some(waiting))
+    }
+
+    fn queue_of(&mut self, unit: &str) -> TxResult<Option<Vec<QueuedHook>>> {
+        if !unit_exists(self.conn, unit)? {
+            return Ok(None);
+        }
+        queue_of(self.conn, unit).map(Some)
+    }
+
+    fn all_applications(&mut self) -> TxResult<Vec<ApplicationRecord>> {
+        let rows: Vec<(String, String, String, String)> = self
+            .conn
+            .prepare_cached("SELECT name, charm, metadata, config FROM applications ORDER BY name")
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                    .collect()
+            })
+            .db()?;
+        rows.into_iter()
+            .map(|(name, charm, metadata, config)| app_from_row(name, charm, &metadata, &config))
+            .collect()
+    }
+
+    fn all_relations(&mut self) -> TxResult<Vec<Arc<RelationRecord>>> {
+        Ok(read_relations(self.conn)?
+            .into_iter()
+            .map(Arc::new)
+            .collect())
+    }
+
+    fn pod_spec(&mut self, app: &str) -> TxResult<Option<PodSpecRecord>> {
+        let row: Option<(i64, String, Option<String>)> = self
+            .conn
+            .prepare_cached("SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1")
+            .and_then(|mut s| {
+                s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()
+            })
+            .db()?;
+        row.map(|(revision, spec, resources)| pod_spec_record(app, revision, &spec, resources))
+            .transpose()
     }
 
     fn create_application(&mut self, app: ApplicationRecord) -> TxResult<()> {
@@ -1441,31 +1482,11 @@ impl ModelTx for SqliteTx<'_> {
 }
 
 impl SqliteStore {
-    /// Runs a model operation in a write transaction ([`step`](Self::step)).
-    fn write<T, E: From<StoreError>>(
-        &self,
-        op: impl FnOnce(&mut SqliteTx<'_>) -> Result<T, E>,
-    ) -> Result<T, E> {
-        self.step(true, op)
-    }
-
-    /// Runs a model operation in a read transaction ([`step`](Self::step)).
-    fn read<T, E: From<StoreError>>(
-        &self,
-        op: impl FnOnce(&mut SqliteTx<'_>) -> Result<T, E>,
-    ) -> Result<T, E> {
-        self.step(false, op)
-    }
-
     /// Runs a model operation in one transaction: a write transaction (`BEGIN IMMEDIATE`,
     /// holding the file's write lock from the first check to the commit, across every
     /// process sharing the file) committed if the operation succeeds, or a read
-    /// transaction, which sees one instant of the file. On an error nothing is written.
-    fn step<T, E: From<StoreError>>(
-        &self,
-        write: bool,
-        op: impl FnOnce(&mut SqliteTx<'_>) -> Result<T, E>,
-    ) -> Result<T, E> {
+    /// transaction, which sees one instant of the file. Otherwise nothing is written.
+    fn transaction(&self, write: bool, op: &mut StepOp<'_>) -> Result<(), StoreError> {
         let conn = self.lock();
         let tx = if write {
             HookTx::write(&conn)
@@ -1473,204 +1494,26 @@ impl SqliteStore {
             HookTx::read(&conn)
         }
         .db()?;
-        let out = op(&mut SqliteTx {
+        let verdict = op(&mut SqliteTx {
             conn: &tx,
             configs: &self.configs,
             specs: &self.specs,
             spec_texts: None,
-        })?;
-        if write {
+        });
+        if write && verdict == Verdict::Apply {
             tx.commit().db()?;
         }
-        Ok(out)
+        Ok(())
     }
 }
+
 impl StateStore for SqliteStore {
     fn model_name(&self) -> &str {
         &self.model
     }
 
-    fn add_application<'a>(&'a self, app: ApplicationRecord) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.write(|tx| operations::add_application(tx, app)) })
-    }
-
-    fn application<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ApplicationRecord> {
-        Box::pin(async move {
-            let conn = self.lock();
-            application_record(&conn, name)?.ok_or_else(|| not_found(format!("application {name}")))
-        })
-    }
-
-    fn applications(&self) -> StoreFuture<'_, Vec<ApplicationRecord>> {
-        Box::pin(async move {
-            let conn = self.lock();
-            let rows: Vec<(String, String, String, String)> = conn
-                .prepare_cached(
-                    "SELECT name, charm, metadata, config FROM applications ORDER BY name",
-                )
-                .and_then(|mut s| {
-                    s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-                        .collect()
-                })
-                .db()?;
-            rows.into_iter()
-                .map(|(name, charm, metadata, config)| {
-                    app_from_row(name, charm, &metadata, &config)
-                })
-                .collect()
-        })
-    }
-
-    fn add_unit<'a>(&'a self, app: &'a str) -> StoreFuture<'a, String> {
-        Box::pin(async move { self.write(|tx| operations::add_unit(tx, app)) })
-    }
-
-    fn units<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Vec<String>> {
-        Box::pin(async move {
-            let mut conn = self.lock();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Deferred)
-                .db()?;
-            if !app_exists(&tx, app)? {
-                return Err(not_found(format!("application {app}")));
-            }
-            unit_names(&tx, app)
-        })
-    }
-
-    fn add_relation<'a>(
-        &'a self,
-        interface: &'a str,
-        endpoints: Vec<RelationEndpoint>,
-    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
-        Box::pin(async move { self.write(|tx| operations::add_relation(tx, interface, endpoints)) })
-    }
-
-    fn enqueue<'a>(&'a self, hooks: Vec<(String, Hook)>) -> StoreFuture<'a, Vec<QueuedHook>> {
-        Box::pin(async move { self.write(|tx| operations::enqueue(tx, hooks)) })
-    }
-
-    fn queued<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
-        Box::pin(async move {
-            let conn = self.lock();
-            let tx = HookTx::read(&conn).db()?;
-            if !unit_exists(&tx, unit)? {
-                return Err(not_found(format!("unit {unit}")));
-            }
-            queue_of(&tx, unit)
-        })
-    }
-
-    fn relations(&self) -> StoreFuture<'_, Vec<RelationRecord>> {
-        Box::pin(async move { read_relations(&self.lock()) })
-    }
-
-    fn snapshot<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitSnapshot> {
-        Box::pin(async move { self.read(|tx| snapshot::snapshot(tx, &self.model, unit)) })
-    }
-
-    fn commit_hook<'a>(&'a self, request: HookCommit<'a>) -> CommitFuture<'a> {
-        Box::pin(async move { self.write(|tx| commit::commit(tx, request)) })
-    }
-
-    fn set_hook_error<'a>(&'a self, unit: &'a str, error: Option<String>) -> StoreFuture<'a, ()> {
-        Box::pin(
-            async move { self.write(|tx| operations::set_hook_error(tx, unit, error.as_deref())) },
-        )
-    }
-
-    fn pod_spec<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Option<PodSpecRecord>> {
-        Box::pin(async move {
-            let mut conn = self.lock();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Deferred)
-                .db()?;
-            if !app_exists(&tx, app)? {
-                return Err(not_found(format!("application {app}")));
-            }
-            let row: Option<(i64, String, Option<String>)> = tx
-                .prepare_cached(
-                    "SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1",
-                )
-                .and_then(|mut s| {
-                    s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                        .optional()
-                })
-                .db()?;
-            row.map(|(revision, spec, resources)| pod_spec_record(app, revision, &spec, resources))
-                .transpose()
-        })
-    }
-
-    fn status(&self) -> StoreFuture<'_, ModelStatus> {
-        Box::pin(async move { self.read(|tx| status::status(tx)) })
-    }
-
-    fn deploy<'a>(&'a self, app: ApplicationRecord, units: u32) -> StoreFuture<'a, Deployed> {
-        Box::pin(async move { self.step(true, |tx| operations::deploy(tx, app, units)) })
-    }
-
-    fn add_units<'a>(&'a self, app: &'a str, count: u32) -> StoreFuture<'a, Vec<String>> {
-        Box::pin(async move { self.step(true, |tx| operations::add_units(tx, app, count)) })
-    }
-
-    fn remove_units<'a>(&'a self, units: Vec<String>) -> StoreFuture<'a, Vec<QueuedHook>> {
-        Box::pin(async move { self.step(true, |tx| removal::remove_units(tx, &units)) })
-    }
-
-    fn unit_details<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitDetails> {
-        Box::pin(
-            async move { self.step(false, |tx| snapshot::unit_details(tx, &self.model, unit)) },
-        )
-    }
-
-    fn resolve_unit<'a>(&'a self, unit: &'a str, retry: bool) -> StoreFuture<'a, Option<Hook>> {
-        Box::pin(async move { self.step(true, |tx| operations::resolve_unit(tx, unit, retry)) })
-    }
-
-    fn record_logs<'a>(&'a self, unit: &'a str, lines: Vec<LogRecord>) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.step(true, |tx| operations::record_logs(tx, unit, &lines)) })
-    }
-
-    fn debug_log<'a>(
-        &'a self,
-        unit: Option<&'a str>,
-        lines: usize,
-    ) -> StoreFuture<'a, Vec<LogRecord>> {
-        Box::pin(async move { self.step(false, |tx| operations::debug_log(tx, unit, lines)) })
-    }
-
-    fn set_config<'a>(
-        &'a self,
-        app: &'a str,
-        set: BTreeMap<String, ConfigValue>,
-        reset: Vec<String>,
-    ) -> StoreFuture<'a, ConfigApplied> {
-        Box::pin(async move { self.step(true, |tx| config::set_config(tx, app, &set, &reset)) })
-    }
-
-    fn relate<'a>(
-        &'a self,
-        a: &'a str,
-        b: &'a str,
-    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
-        Box::pin(async move { self.step(true, |tx| operations::relate(tx, a, b)) })
-    }
-
-    fn remove_unit<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
-        Box::pin(async move { self.step(true, |tx| removal::remove_unit(tx, unit)) })
-    }
-
-    fn remove_relation<'a>(
-        &'a self,
-        a: &'a str,
-        b: &'a str,
-    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
-        Box::pin(async move { self.step(true, |tx| removal::remove_relation(tx, a, b)) })
-    }
-
-    fn remove_application<'a>(&'a self, app: &'a str, force: bool) -> StoreFuture<'a, AppRemoval> {
-        Box::pin(async move { self.step(true, |tx| removal::remove_application(tx, app, force)) })
+    fn step<'a>(&'a self, step: Step<'a>, op: &'a mut StepOp<'a>) -> StoreFuture<'a, ()> {
+        Box::pin(async move { self.transaction(step.writes, op) })
     }
 }
 
