@@ -15,6 +15,7 @@ use charm_host::charm::{CharmRuntime, RuntimeConfig};
 use charm_host::controller::{Controller, ControllerConfig, ControllerError};
 use charm_host::leadership::LeadershipConfig;
 use charm_host::model::CharmMetadata;
+use charm_host::store::faults::{FaultPlan, FaultyStore, WriteHistory};
 use charm_host::store::{MemoryStore, ModelStatus, SqliteStore, Store, StoreError};
 
 /// Writes to stdout; a reader that went away (`| head`) ends the program quietly.
@@ -222,6 +223,11 @@ enum Command {
         /// default: 5 minutes).
         #[arg(long, default_value_t = 300.0)]
         update_status_interval: f64,
+        /// Record this host's leader-only commits (leader data, pod spec), each call and
+        /// answer with its term and the system clock's time, as JSON lines appended to
+        /// FILE: an audit of the leadership fence, to check for linearizability.
+        #[arg(long, value_name = "FILE")]
+        write_history: Option<PathBuf>,
     },
 }
 
@@ -307,6 +313,7 @@ fn main() -> Result<()> {
             retry_period,
             drift_margin,
             update_status_interval,
+            write_history,
         } => {
             let leadership = LeadershipConfig {
                 lease_duration: seconds("lease-duration", lease_duration)?,
@@ -319,14 +326,20 @@ fn main() -> Result<()> {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(run(
                 bundle,
-                until_idle
-                    .then(|| seconds("timeout", timeout))
-                    .transpose()?,
-                format,
-                &store,
-                units,
-                leadership,
-                seconds("update-status-interval", update_status_interval)?,
+                RunOptions {
+                    until_idle: until_idle
+                        .then(|| seconds("timeout", timeout))
+                        .transpose()?,
+                    format,
+                    store,
+                    units,
+                    leadership,
+                    update_status_interval: seconds(
+                        "update-status-interval",
+                        update_status_interval,
+                    )?,
+                    write_history,
+                },
             ))
         }
     }
@@ -681,16 +694,29 @@ async fn print_pod_spec(store: &Arc<dyn Store>, app: &str, format: Format) -> Re
     Ok(())
 }
 
-async fn run(
-    bundle_args: BundleArgs,
-    // With --until-idle: how long to wait for it.
+/// How `run` runs, from its flags.
+struct RunOptions {
+    /// With --until-idle: how long to wait for it.
     until_idle: Option<Duration>,
     format: Format,
-    store: &str,
+    store: String,
     units: Vec<String>,
     leadership: LeadershipConfig,
     update_status_interval: Duration,
-) -> Result<()> {
+    write_history: Option<PathBuf>,
+}
+
+async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
+    let RunOptions {
+        until_idle,
+        format,
+        store,
+        units,
+        leadership,
+        update_status_interval,
+        write_history,
+    } = options;
+    let store = store.as_str();
     // Other hosts sharing a SQLite file queue hooks for our units unseen: look every half
     // second. etcd's watches wake the agents instead.
     let poll_interval = store
@@ -713,6 +739,17 @@ async fn run(
             Ok(store) => break store,
             Err(e) => waiting.retry(e).await?,
         }
+    };
+    let store: Arc<dyn Store> = match write_history {
+        Some(path) => {
+            let history = WriteHistory::to_file(&path)
+                .with_context(|| format!("--write-history {}", path.display()))?;
+            Arc::new(
+                FaultyStore::new(store, FaultPlan::none(0), None)
+                    .with_write_history(Arc::new(history)),
+            )
+        }
+        None => store,
     };
     let config = ControllerConfig {
         leadership,

@@ -9,8 +9,10 @@
 //! ```
 //!
 //! Each known mistake (Juju 2.9's renewal inside the hook, a commit without the fence, a
-//! guarantee counted from the answer, a timeout read as "not leader") is a variant of the
-//! model, and a test shows the checker finds a counterexample to the invariant it breaks.
+//! guarantee counted from the answer, a timeout read as "not leader", a hook not retried
+//! after a commit that got no answer) is a variant of the model, and a test shows the
+//! checker finds a counterexample to the property it breaks: the safety invariants, and
+//! liveness.
 
 #[path = "model_check/protocol.rs"]
 mod protocol;
@@ -193,5 +195,24 @@ fn a_timeout_read_as_not_leader_deposes_a_leader_whose_guarantee_holds() {
             .iter()
             .any(|a| matches!(a, Action::TimeOut(_) | Action::Lose(..))),
         "{steps:?}"
+    );
+}
+
+/// Liveness can fail, and the checker sees it: an agent that drops a hook whose commit got
+/// no answer, instead of retrying it, leaves it queued in the store for good once faults
+/// stop. Every safety invariant still holds; only liveness breaks.
+#[test]
+fn a_hook_not_retried_after_an_unanswered_commit_never_runs() {
+    // Liveness is judged at the horizon: the bounded configuration reaches it soonest.
+    let steps = discover(
+        Protocol::bounded(Variant::NoRetryAfterUnavailable),
+        "once faults stop, a unit leads and the hooks run",
+    );
+    assert!(
+        steps.iter().any(|s| matches!(
+            s,
+            Action::Lose(_, protocol::Message::Commit | protocol::Message::Reply)
+        )),
+        "the counterexample loses a commit or its reply: {steps:?}"
     );
 }

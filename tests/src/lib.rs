@@ -13,6 +13,7 @@ use charm_host::model::ConfigValue;
 use charm_host::store::{MemoryStore, Store};
 
 pub mod etcd_server;
+pub mod linearizable;
 mod wasm_context;
 
 pub use wasm_context::WasmContext;

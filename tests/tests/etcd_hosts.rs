@@ -2,7 +2,9 @@
 //! discourse and one of postgresql: exactly one unit leads each application; killing the
 //! leader's process hands leadership to a unit of another, whose leader-elected hook runs;
 //! a frozen etcd never lets a stale term commit nor refuses a leader's write inside a hook;
-//! an etcd restarted in the middle of hooks loses none of them.
+//! an etcd restarted in the middle of hooks loses none of them. In each, the leader-only
+//! writes every host recorded (`--write-history`) are linearizable
+//! ([`charm_tests::linearizable`]).
 //!
 //! The failover test prints the failover times it measured (`--nocapture` shows them).
 
@@ -16,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use charm_host::store::{EtcdConfig, EtcdStore, ModelStatus, StateStore};
 use charm_tests::etcd_server::EtcdServer;
-use charm_tests::guests;
+use charm_tests::{guests, linearizable};
 
 /// The hosts' lease: 3 s, renewed every 0.5 s, retried every 0.25 s, 1.5 s guarantee.
 const LEASE: Duration = Duration::from_secs(3);
@@ -74,14 +76,19 @@ impl Model {
     }
 
     fn logs(&self) -> Vec<PathBuf> {
-        let mut logs: Vec<PathBuf> = std::fs::read_dir(self.dir.path())
+        self.files("log")
+    }
+
+    /// The files of this run with the extension `ext`, in order.
+    fn files(&self, ext: &str) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(self.dir.path())
             .unwrap()
             .flatten()
             .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .filter(|p| p.extension().is_some_and(|e| e == ext))
             .collect();
-        logs.sort();
-        logs
+        files.sort();
+        files
     }
 
     /// The last lines of every host's log, for a failure's message.
@@ -103,8 +110,11 @@ impl Model {
     fn start(&mut self, i: usize) {
         self.starts += 1;
         let log = self.log(i, self.starts);
+        let writes = log.with_extension("writes");
         let child = Command::new(charm_tests::charm_host_binary())
             .args(["run", self.bundle.to_str().unwrap(), "--store", &self.spec])
+            .arg("--write-history")
+            .arg(&writes)
             .args(["--units", &format!("discourse/{i},postgresql/{i}")])
             .args(["--lease-duration", &LEASE.as_secs_f64().to_string()])
             .args(["--renew-interval", "0.5"])
@@ -228,8 +238,10 @@ impl Model {
     }
 
     /// Leader commits by (application, term), from every host's log; fails if two units
-    /// committed as leader in one term, or a hook's leader-only write was refused.
+    /// committed as leader in one term, or a hook's leader-only write was refused, or the
+    /// leader-only writes the hosts recorded are not linearizable.
     fn check_logs(&self) -> BTreeMap<(String, u64), String> {
+        self.check_write_histories();
         let mut by_term: BTreeMap<(String, u64), String> = BTreeMap::new();
         for log in self.logs() {
             let text = std::fs::read_to_string(&log).unwrap();
@@ -259,6 +271,32 @@ impl Model {
             }
         }
         by_term
+    }
+}
+
+impl Model {
+    /// Every application's leader-only writes, as the hosts recorded their calls and
+    /// answers across kills and restarts, have a linearization.
+    fn check_write_histories(&self) {
+        let files = self.files("writes");
+        assert!(!files.is_empty(), "no host recorded its writes");
+        let histories = linearizable::histories_from_files(&files);
+        let discourse = histories.get("discourse").map_or(0, Vec::len);
+        assert!(
+            discourse > 0,
+            "discourse's leader wrote nothing: {histories:?}"
+        );
+        for (app, events) in &histories {
+            let order = linearizable::linearize(events)
+                .unwrap_or_else(|e| panic!("{app}'s leader writes: {e}"));
+            let terms: std::collections::BTreeSet<u64> =
+                order.iter().filter_map(|(w, _)| w.term).collect();
+            eprintln!(
+                "{app}: {} leader writes from {} files linearizable, terms {terms:?}",
+                order.len(),
+                files.len()
+            );
+        }
     }
 }
 

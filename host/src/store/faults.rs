@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tokio::sync::Notify;
 use tokio::time::{Instant, sleep};
 
 use super::{
@@ -129,7 +130,8 @@ pub trait StoreObserver: Send + Sync {
 }
 
 /// One event of a hook's leader-only commit as its caller saw it: the call, or its answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "event")]
 pub enum WriteEvent {
     /// A commit with leader data or a pod spec was sent.
     Invoked {
@@ -157,21 +159,73 @@ pub enum WriteEvent {
     // A commit that got no answer has no event: it may or may not have been applied.
 }
 
+/// A [`WriteEvent`] as a history file holds it, one JSON object a line: with the instant
+/// it happened, in nanoseconds since the Unix epoch by the system clock, so that the
+/// histories of several processes on one machine merge in real-time order.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TimedWriteEvent {
+    /// When it happened.
+    pub at_ns: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub event: WriteEvent,
+}
+
 /// The leader-only writes of a run, in the order their calls and answers happened, for a
-/// linearizability check.
+/// linearizability check; kept in memory, and written through to a file if given one.
 #[derive(Debug, Default)]
 pub struct WriteHistory {
-    events: Mutex<Vec<WriteEvent>>,
+    events: Mutex<Recorded>,
+}
+
+#[derive(Debug, Default)]
+struct Recorded {
+    events: Vec<WriteEvent>,
+    file: Option<std::fs::File>,
 }
 
 impl WriteHistory {
-    /// The events so far.
-    pub fn events(&self) -> Vec<WriteEvent> {
-        self.lock().clone()
+    /// A history also written to `path` (created, or appended to), a line an event as it
+    /// happens ([`TimedWriteEvent`]): what was written survives the process being killed.
+    pub fn to_file(path: &std::path::Path) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(WriteHistory {
+            events: Mutex::new(Recorded {
+                events: Vec::new(),
+                file: Some(file),
+            }),
+        })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<WriteEvent>> {
+    /// The events so far.
+    pub fn events(&self) -> Vec<WriteEvent> {
+        self.lock().events.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
         self.events.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(recorded: &mut Recorded, event: WriteEvent) {
+        if let Some(file) = &mut recorded.file {
+            let at_ns = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            let timed = TimedWriteEvent {
+                at_ns,
+                event: event.clone(),
+            };
+            let mut line = serde_json::to_string(&timed).expect("a write event serialises");
+            line.push('\n');
+            // One write a line: a kill leaves whole lines, at most the last one cut short.
+            if let Err(e) = std::io::Write::write_all(file, line.as_bytes()) {
+                tracing::warn!("write history: {e}");
+            }
+        }
+        recorded.events.push(event);
     }
 
     fn invoked(&self, request: &HookCommit<'_>) -> Option<u64> {
@@ -179,14 +233,15 @@ impl WriteHistory {
         if changes.leader_data.is_empty() && changes.pod_spec.is_none() {
             return None;
         }
-        let mut events = self.lock();
-        let op = events.len() as u64;
-        events.push(WriteEvent::Invoked {
+        let mut recorded = self.lock();
+        let op = recorded.events.len() as u64;
+        let event = WriteEvent::Invoked {
             op,
             unit: request.unit.to_string(),
             term: request.fence.map(|f| f.term),
             pod_spec: changes.pod_spec.is_some(),
-        });
+        };
+        Self::record(&mut recorded, event);
         Some(op)
     }
 
@@ -200,7 +255,7 @@ impl WriteHistory {
             Err(CommitError::Store(_)) => return,
             Err(_) => WriteEvent::Refused { op },
         };
-        self.lock().push(event);
+        Self::record(&mut self.lock(), event);
     }
 }
 
@@ -349,6 +404,11 @@ impl StateStore for FaultyStore {
 
     fn step<'a>(&'a self, step: Step<'a>, op: &'a mut StepOp<'a>) -> StoreFuture<'a, ()> {
         self.inner.step(step, op)
+    }
+
+    fn queue_signal(self: Arc<Self>, unit: &str) -> Option<Arc<Notify>> {
+        let inner: Arc<dyn StateStore> = self.inner.clone();
+        inner.queue_signal(unit)
     }
 
     /// A commit suffers the plan's faults, and goes into the write history.

@@ -45,6 +45,9 @@ pub enum Variant {
     GuaranteeFromAnswer,
     /// A claim that got no answer makes the unit a follower, as Juju 2.9's tracker did.
     TimeoutIsNotLeader,
+    /// An agent whose commit got no answer drops the hook from its own queue instead of
+    /// retrying it: the store keeps it queued, and nothing runs it until the agent restarts.
+    NoRetryAfterUnavailable,
 }
 
 /// Lease timings, in ticks. The defaults satisfy the host's own validation (renewal
@@ -807,9 +810,17 @@ impl Model for Protocol {
             Action::StoreCommit(u) => self.store_commit(&mut s, u),
             Action::Reply(u) => {
                 let unit = &mut s.units[u as usize];
-                if unit.reply.take()? == CommitReply::Applied {
-                    unit.queued = false;
-                    s.history.acked |= 1 << u;
+                match unit.reply.take()? {
+                    CommitReply::Applied => {
+                        unit.queued = false;
+                        s.history.acked |= 1 << u;
+                    }
+                    CommitReply::Unavailable
+                        if self.variant == Variant::NoRetryAfterUnavailable =>
+                    {
+                        unit.queued = false;
+                    }
+                    _ => {}
                 }
             }
             Action::Lose(u, message) => {

@@ -1,40 +1,47 @@
-//! The leader-only writes (leader data, pod spec) of simulated runs under faults, as their
-//! callers saw them, are linearizable: some order of them, consistent with real time,
-//! is a run of a fenced leader state in which accepted terms never go backwards and each
-//! new pod spec takes the next revision. A commit that got no answer may or may not have
-//! taken effect; the checker tries both.
+//! Checking recorded leader-only writes (leader data, pod spec) for linearizability: some
+//! order of them, consistent with real time, is a run of a fenced leader state in which
+//! accepted terms never go backwards and each new pod spec takes the next revision. A
+//! commit that got no answer may or may not have taken effect; the checker tries both.
 //!
 //! The sequential object is a stateright `SequentialSpec`; the search is Porcupine's
 //! (Wing and Gong's, with Lowe's cache of visited configurations), since stateright's own
 //! tester, without a cache, is exponential in the hundreds of overlapping commits a run
 //! records.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
 
-use charm_host::sim::{self, Policy, Profile, SimConfig};
-use charm_host::store::faults::WriteEvent;
+use charm_host::model::app_of;
+use charm_host::store::faults::{TimedWriteEvent, WriteEvent};
 use stateright::semantics::SequentialSpec;
 
 /// The application's leader state as one sequential object.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-struct LeaderState {
+pub struct LeaderState {
     /// The highest term a write was accepted with.
-    term: u64,
+    pub term: u64,
     /// The pod spec's revision.
-    revision: u64,
+    pub revision: u64,
 }
 
 /// A hook's leader-only commit.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Write {
-    term: Option<u64>,
-    pod_spec: bool,
+pub struct Write {
+    /// The fence's term.
+    pub term: Option<u64>,
+    /// Whether it sets the pod spec.
+    pub pod_spec: bool,
 }
 
 /// What the store answered.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Answer {
-    Committed { pod_spec_revision: Option<u64> },
+pub enum Answer {
+    /// Applied, with the pod spec's new revision if it made one.
+    Committed {
+        /// The new revision.
+        pod_spec_revision: Option<u64>,
+    },
+    /// Refused.
     Refused,
 }
 
@@ -183,7 +190,7 @@ fn search(
 }
 
 /// A linearization of `events` (the operations in order), or why there is none.
-fn linearize(events: &[WriteEvent]) -> Result<Vec<(Write, Option<Answer>)>, String> {
+pub fn linearize(events: &[WriteEvent]) -> Result<Vec<(Write, Option<Answer>)>, String> {
     let ops = operations(events);
     let mut done = vec![false; ops.len()];
     let mut order = Vec::new();
@@ -204,100 +211,61 @@ fn linearize(events: &[WriteEvent]) -> Result<Vec<(Write, Option<Answer>)>, Stri
     }
 }
 
-fn invoked(op: u64, term: u64) -> WriteEvent {
-    WriteEvent::Invoked {
-        op,
-        unit: "discourse/0".into(),
-        term: Some(term),
-        pod_spec: true,
+/// The histories in `files` (one a host, JSON lines as `charm-host run --write-history`
+/// writes them), merged in the order of their clock, one history an application. A line
+/// cut short by a kill ends its file.
+pub fn histories_from_files(files: &[impl AsRef<Path>]) -> BTreeMap<String, Vec<WriteEvent>> {
+    let mut timed: Vec<(u64, usize, WriteEvent)> = Vec::new();
+    for (host, file) in files.iter().enumerate() {
+        let text = std::fs::read_to_string(file.as_ref())
+            .unwrap_or_else(|e| panic!("{}: {e}", file.as_ref().display()));
+        for line in text.lines() {
+            let Ok(event) = serde_json::from_str::<TimedWriteEvent>(line) else {
+                break;
+            };
+            timed.push((event.at_ns, host, event.event));
+        }
     }
-}
-
-fn committed(op: u64, revision: u64) -> WriteEvent {
-    WriteEvent::Committed {
-        op,
-        pod_spec_revision: Some(revision),
+    // One clock for every process on this machine; a file's own order breaks ties.
+    timed.sort_by_key(|(at, host, _)| (*at, *host));
+    // Operation numbers are each host's own: number them anew, and file them by application.
+    let mut apps: BTreeMap<u64, String> = BTreeMap::new();
+    let mut by_app: BTreeMap<String, Vec<WriteEvent>> = BTreeMap::new();
+    let global = |host: usize, op: u64| ((host as u64) << 40) | op;
+    for (_, host, event) in timed {
+        let event = match event {
+            WriteEvent::Invoked {
+                op,
+                unit,
+                term,
+                pod_spec,
+            } => {
+                apps.insert(global(host, op), app_of(&unit).to_string());
+                WriteEvent::Invoked {
+                    op: global(host, op),
+                    unit,
+                    term,
+                    pod_spec,
+                }
+            }
+            WriteEvent::Committed {
+                op,
+                pod_spec_revision,
+            } => WriteEvent::Committed {
+                op: global(host, op),
+                pod_spec_revision,
+            },
+            WriteEvent::Refused { op } => WriteEvent::Refused {
+                op: global(host, op),
+            },
+        };
+        let op = match &event {
+            WriteEvent::Invoked { op, .. }
+            | WriteEvent::Committed { op, .. }
+            | WriteEvent::Refused { op } => *op,
+        };
+        let app = apps.get(&op).expect("an answer follows its call").clone();
+        by_app.entry(app).or_default().push(event);
     }
-}
-
-#[test]
-fn the_leader_writes_of_simulated_runs_under_faults_are_linearizable() {
-    for profile in [
-        Profile::Timeouts,
-        Profile::Partition,
-        Profile::LeaderCrash,
-        Profile::RaftFlux,
-    ] {
-        let config = SimConfig::new(7, 3, 600, profile, Policy::Pinned);
-        let (report, events) = sim::run_recording_writes(&config);
-        let commits = events
-            .iter()
-            .filter(|e| matches!(e, WriteEvent::Committed { .. }))
-            .count();
-        assert!(commits > 0, "{profile:?}: no leader write committed");
-        let order = linearize(&events).unwrap_or_else(|e| panic!("{profile:?}: {e}"));
-        // The linearization accounts for every write that was answered.
-        let answered = events
-            .iter()
-            .filter(|e| !matches!(e, WriteEvent::Invoked { .. }))
-            .count();
-        assert!(order.len() >= answered, "{profile:?}");
-        let terms: std::collections::BTreeSet<u64> =
-            order.iter().filter_map(|(w, _)| w.term).collect();
-        eprintln!(
-            "{profile:?}: {} writes, {commits} committed, terms {terms:?}, pod spec at {}",
-            order.len(),
-            report.measured.pod_spec_revision
-        );
-    }
-}
-
-#[test]
-fn leadership_moves_in_the_recorded_runs_so_the_terms_are_put_to_the_test() {
-    let config = SimConfig::new(7, 3, 600, Profile::Partition, Policy::Pinned);
-    let (_, events) = sim::run_recording_writes(&config);
-    let terms: std::collections::BTreeSet<u64> = events
-        .iter()
-        .filter_map(|e| match e {
-            WriteEvent::Invoked { term, .. } => *term,
-            _ => None,
-        })
-        .collect();
-    assert!(terms.len() >= 2, "{terms:?}");
-}
-
-#[test]
-fn a_stale_term_accepted_after_a_newer_one_is_not_linearizable() {
-    // Term 2 committed, then, strictly after, term 1 committed too.
-    let history = [
-        invoked(0, 2),
-        committed(0, 1),
-        invoked(1, 1),
-        committed(1, 2),
-    ];
-    assert!(linearize(&history).is_err());
-    // Overlapping in time, the older term may have gone first: that is linearizable.
-    let overlapping = [
-        invoked(0, 2),
-        invoked(1, 1),
-        committed(0, 2),
-        committed(1, 1),
-    ];
-    assert!(linearize(&overlapping).is_ok());
-}
-
-#[test]
-fn a_revision_skipped_or_repeated_is_not_linearizable() {
-    let skipped = [invoked(0, 1), committed(0, 2)];
-    assert!(linearize(&skipped).is_err());
-    let repeated = [
-        invoked(0, 1),
-        committed(0, 1),
-        invoked(1, 1),
-        committed(1, 1),
-    ];
-    assert!(linearize(&repeated).is_err());
-    // A write that got no answer may have taken effect: revision 2 may follow it.
-    let unanswered = [invoked(0, 1), invoked(1, 1), committed(1, 2)];
-    assert!(linearize(&unanswered).is_ok());
+    by_app
 }
