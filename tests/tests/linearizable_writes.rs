@@ -4,7 +4,7 @@
 
 use charm_host::sim::{self, Policy, Profile, SimConfig};
 use charm_host::store::faults::WriteEvent;
-use charm_tests::linearizable::linearize;
+use charm_tests::linearizable::{self, linearize};
 
 fn invoked(op: u64, term: u64) -> WriteEvent {
     WriteEvent::Invoked {
@@ -102,4 +102,47 @@ fn a_revision_skipped_or_repeated_is_not_linearizable() {
     // A write that got no answer may have taken effect: revision 2 may follow it.
     let unanswered = [invoked(0, 1), invoked(1, 1), committed(1, 2)];
     assert!(linearize(&unanswered).is_ok());
+}
+
+/// Two hosts' files merge by their clock, each host's operation numbers kept apart: a
+/// stale term accepted on one host after a newer one on the other is caught.
+#[test]
+fn histories_of_several_hosts_merge_in_real_time_order() {
+    use charm_host::store::faults::TimedWriteEvent;
+
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, events: &[(u64, WriteEvent)]| {
+        let path = dir.path().join(name);
+        let text: String = events
+            .iter()
+            .map(|(at_ns, event)| {
+                let timed = TimedWriteEvent {
+                    at_ns: *at_ns,
+                    event: event.clone(),
+                };
+                serde_json::to_string(&timed).unwrap() + "\n"
+            })
+            .collect();
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    // Host a commits term 2 at 10-20; host b, with the same operation number, commits
+    // term 1 at 30-40, strictly after: not linearizable.
+    let a = write("a", &[(10, invoked(0, 2)), (20, committed(0, 1))]);
+    let stale = write("b", &[(30, invoked(0, 1)), (40, committed(0, 2))]);
+    let histories = linearizable::histories_from_files(&[&a, &stale]);
+    assert_eq!(histories["discourse"].len(), 4, "{histories:?}");
+    assert!(linearize(&histories["discourse"]).is_err());
+    // Overlapping in time, b's write may have gone first; a cut-short last line is ignored.
+    let overlapping = write("c", &[(15, invoked(0, 1)), (18, committed(0, 1))]);
+    std::fs::write(
+        &overlapping,
+        std::fs::read_to_string(&overlapping).unwrap() + "{\"at_ns\":19,\"ev",
+    )
+    .unwrap();
+    let histories = linearizable::histories_from_files(&[&a, &overlapping]);
+    assert_eq!(histories["discourse"].len(), 4);
+    let a_first = write("d", &[(10, invoked(0, 2)), (20, committed(0, 2))]);
+    let histories = linearizable::histories_from_files(&[&a_first, &overlapping]);
+    assert!(linearize(&histories["discourse"]).is_ok(), "{histories:?}");
 }
