@@ -860,6 +860,19 @@ fn unit_exists(conn: &Connection, unit: &str) -> Result<bool, StoreError> {
         .db()
 }
 
+/// The pod spec row of `app`, if it has one: its revision, spec and resources as stored.
+fn stored_pod_spec(
+    conn: &Connection,
+    app: &str,
+) -> Result<Option<(i64, String, Option<String>)>, StoreError> {
+    conn.prepare_cached("SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1")
+        .and_then(|mut s| {
+            s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()
+        })
+        .db()
+}
+
 /// The hooks queued on `unit`, in order.
 fn queue_of(conn: &Connection, unit: &str) -> Result<Vec<QueuedHook>, StoreError> {
     let rows: Vec<(i64, String)> = conn
@@ -1189,14 +1202,7 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn pod_spec_state(&mut self, app: &str, write: &Arc<PodSpecWrite>) -> TxResult<PodSpecState> {
-        let current: Option<(i64, String, Option<String>)> = self
-            .conn
-            .prepare_cached("SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1")
-            .and_then(|mut s| {
-                s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                    .optional()
-            })
-            .db()?;
+        let current = stored_pod_spec(self.conn, app)?;
         let (spec, resources) = self.specs.texts(app, write);
         let same = current
             .as_ref()
@@ -1276,15 +1282,8 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn pod_spec(&mut self, app: &str) -> TxResult<Option<PodSpecRecord>> {
-        let row: Option<(i64, String, Option<String>)> = self
-            .conn
-            .prepare_cached("SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1")
-            .and_then(|mut s| {
-                s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                    .optional()
-            })
-            .db()?;
-        row.map(|(revision, spec, resources)| pod_spec_record(app, revision, &spec, resources))
+        stored_pod_spec(self.conn, app)?
+            .map(|(revision, spec, resources)| pod_spec_record(app, revision, &spec, resources))
             .transpose()
     }
 
