@@ -412,7 +412,6 @@ impl UnitAgent {
             Some((fence, guarantee)) => (Some(fence), Some(guarantee)),
             None => (None, None),
         };
-        let started = Instant::now();
         let mut run = self
             .executor
             .execute(snapshot, fence.clone(), guarantee.clone(), hook.clone())
@@ -471,14 +470,12 @@ impl UnitAgent {
             }
             HookOutcome::Failed(message) => Err(Failure::Charm(message)),
             HookOutcome::Trapped(message) => Err(Failure::Charm(format!("trapped: {message}"))),
-            HookOutcome::Interrupted(Interruption::GuaranteeEnding) => Err(Failure::Transient(
-                HookResultKind::Interrupted,
-                "interrupted: leadership guarantee ending with no renewal".into(),
-            )),
-            HookOutcome::Interrupted(Interruption::TimedOut) => Err(Failure::Charm(format!(
-                "interrupted: ran longer than {:?}",
-                started.elapsed()
-            ))),
+            HookOutcome::Interrupted(why @ Interruption::GuaranteeEnding) => Err(
+                Failure::Transient(HookResultKind::Interrupted, format!("interrupted: {why}")),
+            ),
+            HookOutcome::Interrupted(why @ Interruption::TimedOut { .. }) => {
+                Err(Failure::Charm(why.to_string()))
+            }
         };
         match result {
             Ok(committed) => {

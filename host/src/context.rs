@@ -28,8 +28,57 @@ pub enum Interruption {
     /// The hook started as leader and the leadership guarantee was about to end with no
     /// renewal: it had to stop before it could act on leadership it no longer held.
     GuaranteeEnding,
-    /// The hook ran past its time limit.
-    TimedOut,
+    /// The hook ran past its time limit, this long.
+    TimedOut {
+        /// The limit ([`crate::charm::RuntimeConfig::hook_timeout`]).
+        limit: std::time::Duration,
+    },
+}
+
+impl std::fmt::Display for Interruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Interruption::GuaranteeEnding => {
+                write!(f, "leadership guarantee ending with no renewal")
+            }
+            Interruption::TimedOut { limit } => {
+                write!(f, "exceeded its time limit of {} s", limit.as_secs_f64())
+            }
+        }
+    }
+}
+
+/// The store's resource limiter: wasmtime's, which also records whether it refused memory,
+/// so that the trap that follows (an allocator's abort, typically `unreachable`) is
+/// reported by its cause.
+pub(crate) struct HookLimits {
+    inner: wasmtime::StoreLimits,
+    /// The most linear memory the hook may use.
+    pub(crate) memory_limit: usize,
+    /// Whether a memory growth was refused.
+    pub(crate) memory_refused: bool,
+}
+
+impl wasmtime::ResourceLimiter for HookLimits {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let allowed = self.inner.memory_growing(current, desired, maximum)?;
+        self.memory_refused |= !allowed;
+        Ok(allowed)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
 }
 
 /// The state of one hook: the wasmtime store's data.
@@ -43,7 +92,7 @@ pub struct HookContext {
     pub(crate) interruption: Option<Interruption>,
     /// How many leader-only operations were refused because the hook is not leader.
     pub(crate) leadership_refusals: u32,
-    pub(crate) limits: wasmtime::StoreLimits,
+    pub(crate) limits: HookLimits,
     /// The charm's last accepted pod specs, shared by its hooks; `None` validates every time.
     pub(crate) pod_specs: Option<Arc<crate::podspec::LastValid>>,
     /// Built on the hook's first WASI call: most hooks make none, and building one costs
@@ -91,9 +140,13 @@ impl HookContext {
             metadata,
             interruption: None,
             leadership_refusals: 0,
-            limits: wasmtime::StoreLimitsBuilder::new()
-                .memory_size(memory_limit)
-                .build(),
+            limits: HookLimits {
+                inner: wasmtime::StoreLimitsBuilder::new()
+                    .memory_size(memory_limit)
+                    .build(),
+                memory_limit,
+                memory_refused: false,
+            },
             pod_specs: None,
             wasi: None,
         }
