@@ -464,7 +464,9 @@ impl UnitAgent {
                             HookResultKind::StoreUnavailable,
                             e.to_string(),
                         )),
-                        Err(e @ CommitError::Unfenced) => Err(Failure::Charm(e.to_string())),
+                        Err(e @ (CommitError::Unfenced | CommitError::Limit(_))) => {
+                            Err(Failure::Charm(e.to_string()))
+                        }
                     }
                 }
             }

@@ -4,14 +4,22 @@
 use std::sync::Arc;
 
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::model::{Bag, BagWrites, Changes, CharmMetadata, UnitSnapshot};
 use crate::store::Fence;
 
-/// How much of a hook's stdout and stderr is kept (a panic message, say).
+/// How much of a hook's stdout and stderr is kept (a panic message, say); the rest is
+/// dropped and counted.
 const OUTPUT_CAPACITY: usize = 64 * 1024;
+/// The most log lines one hook keeps, in lines and in bytes; the rest are dropped and
+/// counted. The unit's ring in the store keeps 1,000 lines anyway, and a flood of
+/// `tracing` events would cost the host more than the hook.
+pub const LOG_LINES_PER_HOOK: usize = 1_000;
+/// See [`LOG_LINES_PER_HOOK`].
+pub const LOG_BYTES_PER_HOOK: usize = 256 << 10;
+/// The longest log line kept; a longer one is cut with an ellipsis.
+pub const LOG_LINE_MAX: usize = 4 << 10;
 
 /// A line a charm logged.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -88,6 +96,9 @@ pub struct HookContext {
     pub(crate) fence: Option<Fence>,
     pub(crate) changes: Changes,
     pub(crate) logs: Vec<LogLine>,
+    /// The bytes of `logs`, and the lines dropped past the hook's bounds.
+    pub(crate) log_bytes: usize,
+    pub(crate) logs_dropped: u64,
     pub(crate) metadata: Arc<CharmMetadata>,
     pub(crate) interruption: Option<Interruption>,
     /// How many leader-only operations were refused because the hook is not leader.
@@ -104,12 +115,12 @@ pub struct HookContext {
 struct Wasi {
     ctx: WasiCtx,
     table: ResourceTable,
-    output: MemoryOutputPipe,
+    output: crate::output::HookOutput,
 }
 
 impl Wasi {
     fn new() -> Self {
-        let output = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        let output = crate::output::HookOutput::new(OUTPUT_CAPACITY);
         // The sandbox: no filesystem, network, environment or arguments. Clocks and random
         // stay, as a charm's standard library needs them.
         let ctx = WasiCtx::builder()
@@ -137,6 +148,8 @@ impl HookContext {
             fence,
             changes: Changes::default(),
             logs: Vec::new(),
+            log_bytes: 0,
+            logs_dropped: 0,
             metadata,
             interruption: None,
             leadership_refusals: 0,
@@ -153,8 +166,18 @@ impl HookContext {
     }
 
     /// The hook's result: how it ended, with what it wrote and logged.
-    pub fn finish(self, outcome: crate::charm::HookOutcome) -> crate::charm::HookRun {
+    pub fn finish(mut self, outcome: crate::charm::HookOutcome) -> crate::charm::HookRun {
         let output = self.output();
+        if self.logs_dropped > 0 {
+            self.logs.push(LogLine {
+                level: "warning",
+                message: format!(
+                    "{} lines dropped: a hook keeps at most {LOG_LINES_PER_HOOK} log lines and {} KiB",
+                    self.logs_dropped,
+                    LOG_BYTES_PER_HOOK >> 10
+                ),
+            });
+        }
         crate::charm::HookRun {
             outcome,
             changes: self.changes,
@@ -167,7 +190,7 @@ impl HookContext {
     /// What the hook wrote to stdout and stderr (a panic message, say).
     pub fn output(&self) -> String {
         match &self.wasi {
-            Some(wasi) => String::from_utf8_lossy(&wasi.output.contents()).into_owned(),
+            Some(wasi) => wasi.output.contents(),
             None => String::new(),
         }
     }

@@ -28,7 +28,7 @@ impl Host for HookContext {
 
     fn leader_set(&mut self, key: String, value: Option<String>) -> Result<(), Error> {
         let leader = self.is_leader();
-        self.allowed(access::write_leader_data(&key, leader))?;
+        self.allowed(access::write_leader_data(&key, value.as_deref(), leader))?;
         self.changes.leader_data.insert(key, value);
         Ok(())
     }

@@ -66,7 +66,7 @@ impl Host for HookContext {
         value: Option<String>,
     ) -> Result<(), Error> {
         relation(self, id)?;
-        let verdict = access::write_unit_bag(self.unit(), &unit, &key);
+        let verdict = access::write_unit_bag(self.unit(), &unit, &key, value.as_deref());
         self.allowed(verdict)?;
         let writes = self.changes.unit_bags.entry(id).or_default();
         writes.insert(key, value);
@@ -81,7 +81,8 @@ impl Host for HookContext {
         value: Option<String>,
     ) -> Result<(), Error> {
         relation(self, id)?;
-        let verdict = access::write_app_bag(self.unit(), &app, &key, self.is_leader());
+        let verdict =
+            access::write_app_bag(self.unit(), &app, &key, value.as_deref(), self.is_leader());
         self.allowed(verdict)?;
         let writes = self.changes.app_bags.entry(id).or_default();
         writes.insert(key, value);
