@@ -471,6 +471,10 @@ impl UnitAgent {
                 }
             }
             HookOutcome::Failed(message) => Err(Failure::Charm(message)),
+            // As the commit would refuse it.
+            HookOutcome::OverLimit(limit) => {
+                Err(Failure::Charm(CommitError::Limit(limit).to_string()))
+            }
             HookOutcome::Trapped(message) => Err(Failure::Charm(format!("trapped: {message}"))),
             HookOutcome::Interrupted(why @ Interruption::GuaranteeEnding) => Err(
                 Failure::Transient(HookResultKind::Interrupted, format!("interrupted: {why}")),

@@ -429,6 +429,8 @@ pub enum HookOutcome {
     Trapped(String),
     /// The host stopped it.
     Interrupted(Interruption),
+    /// It returned `Ok`, but its writes exceed a limit the calls could not refuse.
+    OverLimit(charm_model::limits::LimitError),
 }
 
 /// The result of running one hook: how it ended and what it wrote.

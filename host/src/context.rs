@@ -101,6 +101,11 @@ pub struct HookContext {
     pub(crate) logs_dropped: u64,
     pub(crate) metadata: Arc<CharmMetadata>,
     pub(crate) interruption: Option<Interruption>,
+    /// How many distinct keys the hook has written to bags and stored state.
+    keys_written: usize,
+    /// A limit the hook's writes exceeded where the call could not refuse it: what it
+    /// writes past it is not buffered, and the hook fails when it returns.
+    pub(crate) over_limit: Option<charm_model::limits::LimitError>,
     /// How many leader-only operations were refused because the hook is not leader.
     pub(crate) leadership_refusals: u32,
     pub(crate) limits: HookLimits,
@@ -152,6 +157,8 @@ impl HookContext {
             logs_dropped: 0,
             metadata,
             interruption: None,
+            keys_written: 0,
+            over_limit: None,
             leadership_refusals: 0,
             limits: HookLimits {
                 inner: wasmtime::StoreLimitsBuilder::new()
@@ -168,6 +175,12 @@ impl HookContext {
     /// The hook's result: how it ended, with what it wrote and logged.
     pub fn finish(mut self, outcome: crate::charm::HookOutcome) -> crate::charm::HookRun {
         let output = self.output();
+        let outcome = match (outcome, self.over_limit.take()) {
+            (crate::charm::HookOutcome::Succeeded, Some(limit)) => {
+                crate::charm::HookOutcome::OverLimit(limit)
+            }
+            (outcome, _) => outcome,
+        };
         if self.logs_dropped > 0 {
             self.logs.push(LogLine {
                 level: "warning",
@@ -195,6 +208,29 @@ impl HookContext {
         }
     }
 
+    /// Buffers the write of `key` to `bag`, unless it is a key past the most one hook may
+    /// write ([`charm_model::limits::KEYS_PER_HOOK`]): that write is dropped and the hook
+    /// will fail, so a hook writing keys without end costs the host no more than the limit.
+    pub(crate) fn write_key(&mut self, bag: BagOf, key: String, value: Option<String>) {
+        let writes = match bag {
+            BagOf::Unit(id) => self.changes.unit_bags.entry(id).or_default(),
+            BagOf::App(id) => self.changes.app_bags.entry(id).or_default(),
+            BagOf::Leader => &mut self.changes.leader_data,
+            BagOf::Stored => &mut self.changes.stored,
+        };
+        if !writes.contains_key(&key) {
+            if self.keys_written >= charm_model::limits::KEYS_PER_HOOK {
+                self.over_limit
+                    .get_or_insert(charm_model::limits::LimitError::TooManyKeys {
+                        limit: charm_model::limits::KEYS_PER_HOOK,
+                    });
+                return;
+            }
+            self.keys_written += 1;
+        }
+        writes.insert(key, value);
+    }
+
     /// Whether this hook runs as leader.
     pub fn is_leader(&self) -> bool {
         self.fence.is_some()
@@ -217,6 +253,18 @@ impl WasiView for HookContext {
             table: &mut wasi.table,
         }
     }
+}
+
+/// A bag a hook writes.
+pub(crate) enum BagOf {
+    /// Its unit's bag in this relation.
+    Unit(u32),
+    /// Its application's bag in this relation.
+    App(u32),
+    /// The leader settings.
+    Leader,
+    /// Its stored state.
+    Stored,
 }
 
 /// A bag as the hook sees it: the snapshot's, with the hook's own writes over it.

@@ -227,6 +227,10 @@ enum Command {
         /// its leadership guarantee.
         #[arg(long, default_value_t = charm_host::charm::DEFAULT_HOOK_TIMEOUT.as_secs_f64())]
         hook_timeout: f64,
+        /// MiB of linear memory one hook may use; a hook that asks for more fails ("out of
+        /// memory").
+        #[arg(long, default_value_t = RuntimeConfig::default().memory_limit >> 20)]
+        hook_memory: usize,
     },
 }
 
@@ -242,6 +246,14 @@ fn hook_timeout_arg(s: f64) -> Result<Duration> {
         bail!("--hook-timeout {s}: must be more than 0 seconds");
     }
     Ok(timeout)
+}
+
+/// `--hook-memory`: MiB, at least 1 and within wasm32's 4 GiB.
+fn hook_memory_arg(mib: usize) -> Result<usize> {
+    if !(1..=4096).contains(&mib) {
+        bail!("--hook-memory {mib}: must be from 1 to 4096 MiB");
+    }
+    Ok(mib << 20)
 }
 
 fn main() -> Result<()> {
@@ -322,6 +334,7 @@ fn main() -> Result<()> {
             drift_margin,
             update_status_interval,
             hook_timeout,
+            hook_memory,
         } => {
             let leadership = LeadershipConfig {
                 lease_duration: seconds("lease-duration", lease_duration)?,
@@ -342,7 +355,11 @@ fn main() -> Result<()> {
                 units,
                 leadership,
                 seconds("update-status-interval", update_status_interval)?,
-                hook_timeout_arg(hook_timeout)?,
+                RuntimeConfig {
+                    hook_timeout: hook_timeout_arg(hook_timeout)?,
+                    memory_limit: hook_memory_arg(hook_memory)?,
+                    ..RuntimeConfig::default()
+                },
             ))
         }
     }
@@ -706,17 +723,13 @@ async fn run(
     units: Vec<String>,
     leadership: LeadershipConfig,
     update_status_interval: Duration,
-    hook_timeout: Duration,
+    runtime_config: RuntimeConfig,
 ) -> Result<()> {
     // Other hosts sharing a SQLite file queue hooks for our units unseen: look every half
     // second. etcd's watches wake the agents instead.
     let poll_interval = store
         .starts_with("sqlite:")
         .then(|| Duration::from_millis(500));
-    let runtime_config = RuntimeConfig {
-        hook_timeout,
-        ..RuntimeConfig::default()
-    };
     let margin = runtime_config.guarantee_margin;
     let runtime = CharmRuntime::new(runtime_config).map_err(anyhow::Error::from)?;
     // Everything is checked before anything is deployed.

@@ -169,6 +169,7 @@ impl HookRunner for WasmContext {
                 Ok(()) => Outcome::Committed,
                 Err(e) => Outcome::OverLimit(e.to_string()),
             },
+            HookOutcome::OverLimit(e) => Outcome::OverLimit(e.to_string()),
             HookOutcome::Failed(m) => Outcome::Failed(m),
             HookOutcome::Trapped(m) => Outcome::Panicked(m),
             HookOutcome::Interrupted(_) => Outcome::Interrupted,

@@ -1,16 +1,20 @@
 //! A charm that misbehaves on purpose: its `behaviour` option picks how, in config-changed
-//! (`leader-loop`: in leader-elected). Every other hook, and every behaviour's other hooks,
+//! (those in [`LEADER_BEHAVIOURS`]: in leader-elected). Every other hook, and every behaviour's other hooks,
 //! succeed, so a misbehaviour is the unit's only failure.
 
 use std::io::Write;
 
-use charm_sdk::{Charm, Event, HookResult, Metadata, Model, Status};
+use charm_sdk::{Charm, Event, HookError, HookResult, Metadata, Model, Status};
 
 /// The hostile charm.
 pub struct Hostile;
 
-/// 32 MiB: far beyond any value the host accepts.
-const HUGE: usize = 32 << 20;
+/// 8 MiB: far beyond any value the host accepts, and well within a hook's memory.
+const HUGE: usize = 8 << 20;
+/// How many lines the floods write: far beyond what the host keeps of a hook's output.
+const FLOOD_LINES: u32 = 100_000;
+/// The behaviours of a leader, in leader-elected.
+pub const LEADER_BEHAVIOURS: &[&str] = &["leader-loop", "huge-leader-data"];
 
 #[inline(never)]
 fn recurse(depth: u64) -> u64 {
@@ -38,11 +42,10 @@ fn misbehave(model: &Model, behaviour: &str) -> HookResult {
             }
         }
         "panic" => panic!("deliberate panic"),
+        "long-status" => model.unit().set_status(Status::active("x".repeat(4096)))?,
         "huge-status" => model.unit().set_status(Status::active("x".repeat(HUGE)))?,
         "huge-leader-data" => {
-            if model.is_leader() {
-                model.leader_data().set("huge", &"x".repeat(HUGE))?;
-            }
+            model.leader_data().set("huge", &"x".repeat(HUGE))?;
         }
         "many-keys" => {
             for i in 0..200_000u32 {
@@ -50,12 +53,12 @@ fn misbehave(model: &Model, behaviour: &str) -> HookResult {
             }
         }
         "log-flood" => {
-            for i in 0..2_000_000u32 {
+            for i in 0..FLOOD_LINES {
                 charm_sdk::log::info(&format!("line {i}"));
             }
         }
         "stdout-flood" => {
-            for i in 0..2_000_000u32 {
+            for i in 0..FLOOD_LINES {
                 println!("line {i}");
             }
         }
@@ -64,9 +67,11 @@ fn misbehave(model: &Model, behaviour: &str) -> HookResult {
             let message = "line one\nline two\t\u{1b}[31mred\u{7}";
             model.unit().set_status(Status::active(message))?;
             let mut stdout = std::io::stdout();
-            stdout.write_all(b"not utf-8: \xff\xfe\xc3(\n")?;
-            stdout.write_all("\u{1b}[2J\r\n".as_bytes())?;
-            stdout.flush()?;
+            let written = stdout
+                .write_all(b"not utf-8: \xff\xfe\xc3(\n")
+                .and_then(|()| stdout.write_all("\u{1b}[2J\r\n".as_bytes()))
+                .and_then(|()| stdout.flush());
+            written.map_err(|e| HookError::msg(e.to_string()))?;
         }
         _ => {}
     }
@@ -82,9 +87,10 @@ impl Charm for Hostile {
 
     fn handle(model: &Model, event: Event) -> HookResult {
         let behaviour: String = model.config().get("behaviour")?;
+        let as_leader = LEADER_BEHAVIOURS.contains(&behaviour.as_str());
         match event {
-            Event::LeaderElected if behaviour == "leader-loop" => misbehave(model, &behaviour),
-            Event::ConfigChanged if behaviour != "leader-loop" => misbehave(model, &behaviour),
+            Event::LeaderElected if as_leader => misbehave(model, &behaviour),
+            Event::ConfigChanged if !as_leader => misbehave(model, &behaviour),
             _ => Ok(()),
         }
     }
