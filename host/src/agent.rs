@@ -304,11 +304,17 @@ impl UnitAgent {
                     failures = 0;
                     transient_failures = 0;
                 }
-                Err(Failure::Transient(_, why)) => {
+                Err(Failure::Transient(kind, why)) => {
                     // Not the charm's fault: no error status and no limit, but the same
                     // growing backoff, so a long outage does not rerun the hook in a loop.
                     transient_failures += 1;
-                    tracing::info!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
+                    // A store that refuses writes (a full disk, say) is news to the
+                    // operator: said once at warning level, then quietly while it lasts.
+                    if transient_failures == 1 && kind == HookResultKind::StoreUnavailable {
+                        tracing::warn!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
+                    } else {
+                        tracing::info!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
+                    }
                     sleep(self.retry.backoff(transient_failures)).await;
                 }
                 Err(Failure::Charm(why)) => {

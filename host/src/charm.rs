@@ -41,6 +41,9 @@ const CHARM_INTERFACES: &[&str] = &[
 ];
 /// The package and version this host speaks.
 pub const WIT_PACKAGE: &str = "juju:charm@0.1.0";
+/// The largest charm file loaded: a Rust charm is a few hundred KiB to a few MiB, and
+/// compiling one costs memory and time in proportion.
+pub const CHARM_SIZE_MAX: u64 = 32 << 20;
 /// The functions a charm must export.
 const EXPORTS: &[&str] = &["metadata", "handle-hook"];
 /// How often the engine's epoch advances: the granularity of hook deadlines.
@@ -65,6 +68,14 @@ pub enum LoadError {
         path: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// The file is larger than any charm may be.
+    #[error("{path}: {size} bytes; a charm may be at most {limit} bytes", limit = CHARM_SIZE_MAX)]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
     },
     /// The file is not WebAssembly.
     #[error("{path}: not a WebAssembly file (no \\0asm header)")]
@@ -282,16 +293,35 @@ impl CharmRuntime {
 
     /// Loads the charm in `path`.
     pub fn load_file(&self, path: &Path) -> Result<Charm, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
+        let io = |source| LoadError::Io {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let size = file.metadata().map_err(io)?.len();
+        if size > CHARM_SIZE_MAX {
+            return Err(LoadError::TooLarge {
+                path: path.to_owned(),
+                size,
+            });
+        }
+        let mut bytes = Vec::new();
+        // Read no more than the limit, even if the file grows meanwhile.
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(file, CHARM_SIZE_MAX + 1),
+            &mut bytes,
+        )
+        .map_err(io)?;
         self.load(path, &bytes)
     }
 
     /// Loads a charm from its bytes; `path` names it in errors.
     pub fn load(&self, path: &Path, bytes: &[u8]) -> Result<Charm, LoadError> {
         let path = path.to_owned();
+        let size = bytes.len() as u64;
+        if size > CHARM_SIZE_MAX {
+            return Err(LoadError::TooLarge { path, size });
+        }
         match bytes.get(..8) {
             Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => return Err(LoadError::CoreModule { path }),
             Some([0, b'a', b's', b'm', ..]) => {}

@@ -175,8 +175,12 @@ impl HookContext {
     /// The hook's result: how it ended, with what it wrote and logged.
     pub fn finish(mut self, outcome: crate::charm::HookOutcome) -> crate::charm::HookRun {
         let output = self.output();
-        let outcome = match (outcome, self.over_limit.take()) {
-            (crate::charm::HookOutcome::Succeeded, Some(limit)) => {
+        let over_limit = self
+            .over_limit
+            .take()
+            .map_or_else(|| self.check_limits(), Err);
+        let outcome = match (outcome, over_limit) {
+            (crate::charm::HookOutcome::Succeeded, Err(limit)) => {
                 crate::charm::HookOutcome::OverLimit(limit)
             }
             (outcome, _) => outcome,
@@ -206,6 +210,30 @@ impl HookContext {
             Some(wasi) => wasi.output.contents(),
             None => String::new(),
         }
+    }
+
+    /// The hook's writes within the model's limits ([`charm_model::limits`]), the bags it
+    /// writes counted as they will stand.
+    fn check_limits(&self) -> Result<(), charm_model::limits::LimitError> {
+        // What the commit checks first, so the first limit named is the same.
+        charm_model::limits::check(&(&self.changes).into())?;
+        let snapshot = &self.snapshot;
+        let changes = &self.changes;
+        let unit = snapshot.unit.as_str();
+        let app = snapshot.app.as_str();
+        let relation = |id: &u32| snapshot.relations.get(id);
+        let unit_bags = changes.unit_bags.iter().map(|(id, writes)| {
+            let base = relation(id).and_then(|r| r.unit_bags.get(unit));
+            (base.map(|b| &**b), writes)
+        });
+        let app_bags = changes.app_bags.iter().map(|(id, writes)| {
+            let base = relation(id).and_then(|r| r.app_bags.get(app));
+            (base.map(|b| &**b), writes)
+        });
+        charm_model::limits::written_bags(unit_bags.chain(app_bags).chain([
+            (Some(&*snapshot.leader_data), &changes.leader_data),
+            (Some(&*snapshot.stored), &changes.stored),
+        ]))
     }
 
     /// Buffers the write of `key` to `bag`, unless it is a key past the most one hook may

@@ -714,6 +714,8 @@ async fn print_pod_spec(store: &Arc<dyn Store>, app: &str, format: Format) -> Re
     Ok(())
 }
 
+// Each argument is one of `run`'s flags or group of flags.
+#[allow(clippy::too_many_arguments)]
 async fn run(
     bundle_args: BundleArgs,
     // With --until-idle: how long to wait for it.

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::records::{BagWrites, Changes, PodSpecWrite};
+use crate::records::{Bag, BagWrites, Changes, PodSpecWrite};
 
 /// The longest status message, in bytes.
 pub const STATUS_MESSAGE_MAX: usize = 4 << 10;
@@ -30,6 +30,11 @@ pub const ACTION_OUTPUT_MAX: usize = 64 << 10;
 /// The most one hook may write in all, in bytes: every key and value, status message,
 /// workload version, pod spec and action output.
 pub const HOOK_WRITES_MAX: usize = 512 << 10;
+
+/// The most the bags one hook writes (relation bags, leader settings, stored state) may
+/// hold in all once written, in bytes: a store may rewrite each such bag whole in the
+/// commit (etcd's does), so this, not only what the hook wrote, must fit one request.
+pub const WRITTEN_BAGS_MAX: usize = 768 << 10;
 
 /// A limit a hook's writes exceed. Nothing of the hook is applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -238,6 +243,44 @@ pub fn check(writes: &HookWrites<'_>) -> Result<(), LimitError> {
     within(|| "the action's output".into(), action, ACTION_OUTPUT_MAX)?;
     total += action;
     within(|| "the hook's writes".into(), total, HOOK_WRITES_MAX)
+}
+
+/// The bags a hook writes, each as it stands before the hook (`None`: empty) with the
+/// hook's writes to it, within [`WRITTEN_BAGS_MAX`] in all once written.
+///
+/// ```
+/// use charm_model::limits::{written_bags, WRITTEN_BAGS_MAX};
+/// use charm_model::{Bag, BagWrites};
+///
+/// let stored: Bag = [("old".to_string(), "x".repeat(WRITTEN_BAGS_MAX))].into();
+/// let add: BagWrites = [("new".to_string(), Some("y".into()))].into();
+/// assert!(written_bags([(Some(&stored), &add)]).is_err());
+/// let drop: BagWrites = [("old".to_string(), None)].into();
+/// assert!(written_bags([(Some(&stored), &drop)]).is_ok());
+/// ```
+pub fn written_bags<'a>(
+    bags: impl IntoIterator<Item = (Option<&'a Bag>, &'a BagWrites)>,
+) -> Result<(), LimitError> {
+    let mut total = 0usize;
+    for (base, writes) in bags {
+        if writes.is_empty() {
+            continue;
+        }
+        let kept = base
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| !writes.contains_key(*k))
+            .map(|(k, v)| stored_len(k) + stored_len(v));
+        let written = writes
+            .iter()
+            .filter_map(|(k, v)| v.as_deref().map(|v| stored_len(k) + stored_len(v)));
+        total += kept.chain(written).sum::<usize>();
+    }
+    within(
+        || "what the bags the hook writes hold once written".into(),
+        total,
+        WRITTEN_BAGS_MAX,
+    )
 }
 
 fn json_len(value: &serde_json::Value) -> usize {

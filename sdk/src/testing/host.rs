@@ -60,7 +60,21 @@ impl Hook {
             action_messages: action
                 .map(|a| a.failure.iter().chain(&a.log).map(String::as_str).collect())
                 .unwrap_or_default(),
-        })
+        })?;
+        let state = &self.snapshot;
+        let relation = |id: &u32| state.relations.iter().find(|r| r.id == *id);
+        let unit_bags = w
+            .unit_bags
+            .iter()
+            .map(|(id, writes)| (relation(id).map(|r| &r.local_unit_data), writes));
+        let app_bags = w
+            .app_bags
+            .iter()
+            .map(|(id, writes)| (relation(id).map(|r| &r.local_app_data), writes));
+        charm_model::limits::written_bags(unit_bags.chain(app_bags).chain([
+            (Some(&state.leader_data), &w.leader_data),
+            (Some(&state.stored), &w.stored),
+        ]))
     }
 }
 
