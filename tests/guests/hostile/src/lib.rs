@@ -16,6 +16,8 @@ const FLOOD_LINES: u32 = 100_000;
 /// The behaviours of a leader, in leader-elected.
 pub const LEADER_BEHAVIOURS: &[&str] = &["leader-loop", "huge-leader-data"];
 
+// On purpose: the stack overflow is the behaviour.
+#[allow(unconditional_recursion)]
 #[inline(never)]
 fn recurse(depth: u64) -> u64 {
     // A frame the optimiser cannot fold away.
