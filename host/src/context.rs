@@ -175,15 +175,19 @@ impl HookContext {
     /// The hook's result: how it ended, with what it wrote and logged.
     pub fn finish(mut self, outcome: crate::charm::HookOutcome) -> crate::charm::HookRun {
         let output = self.output();
-        let over_limit = self
-            .over_limit
-            .take()
-            .map_or_else(|| self.check_limits(), Err);
-        let outcome = match (outcome, over_limit) {
-            (crate::charm::HookOutcome::Succeeded, Err(limit)) => {
-                crate::charm::HookOutcome::OverLimit(limit)
+        // Only what would be committed is checked.
+        let outcome = match outcome {
+            crate::charm::HookOutcome::Succeeded => {
+                match self
+                    .over_limit
+                    .take()
+                    .map_or_else(|| self.check_limits(), Err)
+                {
+                    Ok(()) => crate::charm::HookOutcome::Succeeded,
+                    Err(limit) => crate::charm::HookOutcome::OverLimit(limit),
+                }
             }
-            (outcome, _) => outcome,
+            outcome => outcome,
         };
         if self.logs_dropped > 0 {
             self.logs.push(LogLine {
@@ -230,10 +234,12 @@ impl HookContext {
             let base = relation(id).and_then(|r| r.app_bags.get(app));
             (base.map(|b| &**b), writes)
         });
-        charm_model::limits::written_bags(unit_bags.chain(app_bags).chain([
-            (Some(&*snapshot.leader_data), &changes.leader_data),
-            (Some(&*snapshot.stored), &changes.stored),
-        ]))
+        charm_model::limits::written_bags(
+            unit_bags
+                .chain(app_bags)
+                .chain([(Some(&*snapshot.leader_data), &changes.leader_data)]),
+            (&*snapshot.stored, &changes.stored),
+        )
     }
 
     /// Buffers the write of `key` to `bag`, unless it is a key past the most one hook may

@@ -31,8 +31,8 @@ pub const ACTION_OUTPUT_MAX: usize = 64 << 10;
 /// workload version, pod spec and action output.
 pub const HOOK_WRITES_MAX: usize = 512 << 10;
 
-/// The most the bags one hook writes (relation bags, leader settings, stored state) may
-/// hold in all once written, in bytes: a store may rewrite each such bag whole in the
+/// The most the bags one hook writes (relation bags, leader settings) and the unit's stored
+/// state may hold in all once written, in bytes: a store may rewrite each whole in the
 /// commit (etcd's does), so this, not only what the hook wrote, must fit one request.
 pub const WRITTEN_BAGS_MAX: usize = 768 << 10;
 
@@ -245,27 +245,29 @@ pub fn check(writes: &HookWrites<'_>) -> Result<(), LimitError> {
     within(|| "the hook's writes".into(), total, HOOK_WRITES_MAX)
 }
 
-/// The bags a hook writes, each as it stands before the hook (`None`: empty) with the
-/// hook's writes to it, within [`WRITTEN_BAGS_MAX`] in all once written.
+/// The bags a hook writes (relation bags, leader settings), each as it stands before the
+/// hook (`None`: empty) with the hook's writes to it, and the unit's stored state likewise,
+/// within [`WRITTEN_BAGS_MAX`] in all once written. Stored state counts even when the hook
+/// does not write it: the unit's record that holds it is rewritten by most commits.
 ///
 /// ```
 /// use charm_model::limits::{written_bags, WRITTEN_BAGS_MAX};
 /// use charm_model::{Bag, BagWrites};
 ///
-/// let stored: Bag = [("old".to_string(), "x".repeat(WRITTEN_BAGS_MAX))].into();
+/// let full: Bag = [("old".to_string(), "x".repeat(WRITTEN_BAGS_MAX))].into();
+/// let none = BagWrites::new();
 /// let add: BagWrites = [("new".to_string(), Some("y".into()))].into();
-/// assert!(written_bags([(Some(&stored), &add)]).is_err());
+/// assert!(written_bags([(Some(&full), &add)], (&Bag::new(), &none)).is_err());
 /// let drop: BagWrites = [("old".to_string(), None)].into();
-/// assert!(written_bags([(Some(&stored), &drop)]).is_ok());
+/// assert!(written_bags([(Some(&full), &drop)], (&Bag::new(), &none)).is_ok());
+/// // Stored state as it stands counts, written to or not.
+/// assert!(written_bags([(None, &add)], (&full, &none)).is_err());
 /// ```
 pub fn written_bags<'a>(
     bags: impl IntoIterator<Item = (Option<&'a Bag>, &'a BagWrites)>,
+    stored: (&'a Bag, &'a BagWrites),
 ) -> Result<(), LimitError> {
-    let mut total = 0usize;
-    for (base, writes) in bags {
-        if writes.is_empty() {
-            continue;
-        }
+    let size = |base: Option<&Bag>, writes: &BagWrites| -> usize {
         let kept = base
             .into_iter()
             .flatten()
@@ -274,8 +276,14 @@ pub fn written_bags<'a>(
         let written = writes
             .iter()
             .filter_map(|(k, v)| v.as_deref().map(|v| stored_len(k) + stored_len(v)));
-        total += kept.chain(written).sum::<usize>();
-    }
+        kept.chain(written).sum()
+    };
+    let total = bags
+        .into_iter()
+        .filter(|(_, writes)| !writes.is_empty())
+        .map(|(base, writes)| size(base, writes))
+        .sum::<usize>()
+        + size(Some(stored.0), stored.1);
     within(
         || "what the bags the hook writes hold once written".into(),
         total,

@@ -71,10 +71,12 @@ impl Hook {
             .app_bags
             .iter()
             .map(|(id, writes)| (relation(id).map(|r| &r.local_app_data), writes));
-        charm_model::limits::written_bags(unit_bags.chain(app_bags).chain([
-            (Some(&state.leader_data), &w.leader_data),
-            (Some(&state.stored), &w.stored),
-        ]))
+        charm_model::limits::written_bags(
+            unit_bags
+                .chain(app_bags)
+                .chain([(Some(&state.leader_data), &w.leader_data)]),
+            (&state.stored, &w.stored),
+        )
     }
 }
 
