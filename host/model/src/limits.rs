@@ -291,8 +291,21 @@ pub fn written_bags<'a>(
     )
 }
 
+/// `value`'s size as JSON, counted as it is written rather than kept: a commit checks
+/// every pod spec, usually the same one again.
 fn json_len(value: &serde_json::Value) -> usize {
-    serde_json::to_vec(value).map_or(usize::MAX, |v| v.len())
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(usize::MAX, |()| count.0)
 }
 
 #[cfg(test)]
