@@ -12,6 +12,7 @@ const GUESTS: &[&str] = &[
     "probe",
     "other-world",
     "empty",
+    "hostile",
 ];
 
 fn main() {

@@ -304,11 +304,17 @@ impl UnitAgent {
                     failures = 0;
                     transient_failures = 0;
                 }
-                Err(Failure::Transient(_, why)) => {
+                Err(Failure::Transient(kind, why)) => {
                     // Not the charm's fault: no error status and no limit, but the same
                     // growing backoff, so a long outage does not rerun the hook in a loop.
                     transient_failures += 1;
-                    tracing::info!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
+                    // A store that refuses writes (a full disk, say) is news to the
+                    // operator: said once at warning level, then quietly while it lasts.
+                    if transient_failures == 1 && kind == HookResultKind::StoreUnavailable {
+                        tracing::warn!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
+                    } else {
+                        tracing::info!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
+                    }
                     sleep(self.retry.backoff(transient_failures)).await;
                 }
                 Err(Failure::Charm(why)) => {
@@ -412,7 +418,6 @@ impl UnitAgent {
             Some((fence, guarantee)) => (Some(fence), Some(guarantee)),
             None => (None, None),
         };
-        let started = Instant::now();
         let mut run = self
             .executor
             .execute(snapshot, fence.clone(), guarantee.clone(), hook.clone())
@@ -465,20 +470,24 @@ impl UnitAgent {
                             HookResultKind::StoreUnavailable,
                             e.to_string(),
                         )),
-                        Err(e @ CommitError::Unfenced) => Err(Failure::Charm(e.to_string())),
+                        Err(e @ (CommitError::Unfenced | CommitError::Limit(_))) => {
+                            Err(Failure::Charm(e.to_string()))
+                        }
                     }
                 }
             }
             HookOutcome::Failed(message) => Err(Failure::Charm(message)),
+            // As the commit would refuse it.
+            HookOutcome::OverLimit(limit) => {
+                Err(Failure::Charm(CommitError::Limit(limit).to_string()))
+            }
             HookOutcome::Trapped(message) => Err(Failure::Charm(format!("trapped: {message}"))),
-            HookOutcome::Interrupted(Interruption::GuaranteeEnding) => Err(Failure::Transient(
-                HookResultKind::Interrupted,
-                "interrupted: leadership guarantee ending with no renewal".into(),
-            )),
-            HookOutcome::Interrupted(Interruption::TimedOut) => Err(Failure::Charm(format!(
-                "interrupted: ran longer than {:?}",
-                started.elapsed()
-            ))),
+            HookOutcome::Interrupted(why @ Interruption::GuaranteeEnding) => Err(
+                Failure::Transient(HookResultKind::Interrupted, format!("interrupted: {why}")),
+            ),
+            HookOutcome::Interrupted(why @ Interruption::TimedOut { .. }) => {
+                Err(Failure::Charm(why.to_string()))
+            }
         };
         match result {
             Ok(committed) => {

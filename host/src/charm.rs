@@ -41,6 +41,9 @@ const CHARM_INTERFACES: &[&str] = &[
 ];
 /// The package and version this host speaks.
 pub const WIT_PACKAGE: &str = "juju:charm@0.1.0";
+/// The largest charm file loaded: a Rust charm is a few hundred KiB to a few MiB, and
+/// compiling one costs memory and time in proportion.
+pub const CHARM_SIZE_MAX: u64 = 32 << 20;
 /// The functions a charm must export.
 const EXPORTS: &[&str] = &["metadata", "handle-hook"];
 /// How often the engine's epoch advances: the granularity of hook deadlines.
@@ -65,6 +68,14 @@ pub enum LoadError {
         path: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// The file is larger than any charm may be.
+    #[error("{path}: {size} bytes; a charm may be at most {limit} bytes", limit = CHARM_SIZE_MAX)]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
     },
     /// The file is not WebAssembly.
     #[error("{path}: not a WebAssembly file (no \\0asm header)")]
@@ -108,6 +119,11 @@ pub enum LoadError {
     },
 }
 
+/// How long a hook may run by default. A charm has no network or filesystem: a hook is
+/// computation alone, which takes microseconds to milliseconds (the demo's hooks, 60 us), so
+/// a minute only ever stops a charm that will not finish.
+pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The runtime's limits.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -129,7 +145,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             memory_limit: 256 << 20,
-            hook_timeout: Duration::from_secs(300),
+            hook_timeout: DEFAULT_HOOK_TIMEOUT,
             guarantee_margin: Duration::from_millis(500),
             max_concurrent_hooks: 64,
             compile_cache: cache::default_dir(),
@@ -277,16 +293,35 @@ impl CharmRuntime {
 
     /// Loads the charm in `path`.
     pub fn load_file(&self, path: &Path) -> Result<Charm, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
+        let io = |source| LoadError::Io {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let size = file.metadata().map_err(io)?.len();
+        if size > CHARM_SIZE_MAX {
+            return Err(LoadError::TooLarge {
+                path: path.to_owned(),
+                size,
+            });
+        }
+        let mut bytes = Vec::new();
+        // Read no more than the limit, even if the file grows meanwhile.
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(file, CHARM_SIZE_MAX + 1),
+            &mut bytes,
+        )
+        .map_err(io)?;
         self.load(path, &bytes)
     }
 
     /// Loads a charm from its bytes; `path` names it in errors.
     pub fn load(&self, path: &Path, bytes: &[u8]) -> Result<Charm, LoadError> {
         let path = path.to_owned();
+        let size = bytes.len() as u64;
+        if size > CHARM_SIZE_MAX {
+            return Err(LoadError::TooLarge { path, size });
+        }
         match bytes.get(..8) {
             Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => return Err(LoadError::CoreModule { path }),
             Some([0, b'a', b's', b'm', ..]) => {}
@@ -424,6 +459,8 @@ pub enum HookOutcome {
     Trapped(String),
     /// The host stopped it.
     Interrupted(Interruption),
+    /// It returned `Ok`, but its writes exceed a limit the calls could not refuse.
+    OverLimit(charm_model::limits::LimitError),
 }
 
 /// The result of running one hook: how it ended and what it wrote.
@@ -526,13 +563,14 @@ impl Charm {
     ) -> Store<HookContext> {
         let mut store = Store::new(&self.runtime.engine, ctx);
         store.limiter(|ctx| &mut ctx.limits);
-        let timeout_at = Instant::now() + self.runtime.config.hook_timeout;
+        let timeout = self.runtime.config.hook_timeout;
+        let timeout_at = Instant::now() + timeout;
         let margin = self.runtime.config.guarantee_margin;
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |mut ctx| {
             let now = Instant::now();
             let interruption = if now >= timeout_at {
-                Some(Interruption::TimedOut)
+                Some(Interruption::TimedOut { limit: timeout })
             } else {
                 // Each tick re-reads the guarantee: renewals move the deadline forward.
                 guarantee.as_ref().and_then(|g| {
@@ -587,30 +625,67 @@ impl Charm {
             Ok(Err(message)) => HookOutcome::Failed(message),
             Err(e) => match (data.interruption, e.downcast_ref::<wasmtime::Trap>()) {
                 (Some(why), Some(wasmtime::Trap::Interrupt)) => HookOutcome::Interrupted(why),
-                _ => HookOutcome::Trapped(trap_message(&e, &data.output())),
+                _ => HookOutcome::Trapped(trap_message(&e, &data.output(), &data.limits)),
             },
         };
         data.finish(outcome)
     }
 }
 
-/// A trap's message, with the guest's panic message when it printed one.
-fn trap_message(e: &wasmtime::Error, output: &str) -> String {
-    let trap = match e.downcast_ref::<wasmtime::Trap>() {
-        Some(t) => t.to_string(),
-        None => format!("{e:#}"),
-    };
-    match output.lines().find(|l| l.contains("panicked at")) {
-        Some(_) => {
-            let panic: Vec<&str> = output
-                .lines()
-                .skip_while(|l| !l.contains("panicked at"))
-                .take(2)
-                .collect();
-            format!("{trap}: {}", panic.join(" ").trim())
+/// The longest trap message kept: it becomes the unit's error status.
+const TRAP_MESSAGE_MAX: usize = 1024;
+
+/// A trap's message, by its cause: the guest's panic (`panicked at FILE:LINE:COL: MESSAGE`,
+/// as Rust's standard library prints it), memory refused by the limiter, or a stack
+/// overflow; else wasmtime's description of the trap.
+fn trap_message(e: &wasmtime::Error, output: &str, limits: &crate::context::HookLimits) -> String {
+    let trap = e.downcast_ref::<wasmtime::Trap>();
+    let mut lines = output.lines();
+    let message = if let Some(at) = lines.find_map(|l| l.find("panicked at").map(|i| &l[i..])) {
+        match lines.next() {
+            Some(why) => format!("{} {}", at.trim(), why.trim()),
+            None => at.trim().to_string(),
         }
-        None => trap,
+    } else if limits.memory_refused {
+        format!("out of memory (limit {} MiB)", limits.memory_limit >> 20)
+    } else if trap == Some(&wasmtime::Trap::StackOverflow) || shadow_stack_overflow(e, trap) {
+        "stack overflow".to_string()
+    } else {
+        match trap {
+            Some(t) => t.to_string(),
+            None => format!("{e:#}"),
+        }
+    };
+    truncate(message, TRAP_MESSAGE_MAX)
+}
+
+/// Whether an out-of-bounds access is a Rust charm's stack overflowing: its stack lives in
+/// linear memory, below its data, so overflowing it reads below address 0 instead of
+/// reaching wasmtime's guard. Safe Rust has no other way to access memory out of bounds;
+/// the backtrace must show the recursion too (few functions, repeated).
+fn shadow_stack_overflow(e: &wasmtime::Error, trap: Option<&wasmtime::Trap>) -> bool {
+    if trap != Some(&wasmtime::Trap::MemoryOutOfBounds) {
+        return false;
     }
+    let Some(backtrace) = e.downcast_ref::<wasmtime::WasmBacktrace>() else {
+        return false;
+    };
+    let frames = backtrace.frames();
+    let distinct: std::collections::BTreeSet<u32> = frames.iter().map(|f| f.func_index()).collect();
+    frames.len() >= 16 && distinct.len() * 4 <= frames.len()
+}
+
+/// `s` cut to at most `max` bytes on a character boundary, with an ellipsis when cut.
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
 }
 
 fn convert_metadata(meta: bindings::types::Metadata) -> Result<CharmMetadata, String> {

@@ -4,14 +4,22 @@
 use std::sync::Arc;
 
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::model::{Bag, BagWrites, Changes, CharmMetadata, UnitSnapshot};
 use crate::store::Fence;
 
-/// How much of a hook's stdout and stderr is kept (a panic message, say).
+/// How much of a hook's stdout and stderr is kept (a panic message, say); the rest is
+/// dropped and counted.
 const OUTPUT_CAPACITY: usize = 64 * 1024;
+/// The most log lines one hook keeps, in lines and in bytes; the rest are dropped and
+/// counted. The unit's ring in the store keeps 1,000 lines anyway, and a flood of
+/// `tracing` events would cost the host more than the hook.
+pub const LOG_LINES_PER_HOOK: usize = 1_000;
+/// See [`LOG_LINES_PER_HOOK`].
+pub const LOG_BYTES_PER_HOOK: usize = 256 << 10;
+/// The longest log line kept; a longer one is cut with an ellipsis.
+pub const LOG_LINE_MAX: usize = 4 << 10;
 
 /// A line a charm logged.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -28,8 +36,57 @@ pub enum Interruption {
     /// The hook started as leader and the leadership guarantee was about to end with no
     /// renewal: it had to stop before it could act on leadership it no longer held.
     GuaranteeEnding,
-    /// The hook ran past its time limit.
-    TimedOut,
+    /// The hook ran past its time limit, this long.
+    TimedOut {
+        /// The limit ([`crate::charm::RuntimeConfig::hook_timeout`]).
+        limit: std::time::Duration,
+    },
+}
+
+impl std::fmt::Display for Interruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Interruption::GuaranteeEnding => {
+                write!(f, "leadership guarantee ending with no renewal")
+            }
+            Interruption::TimedOut { limit } => {
+                write!(f, "exceeded its time limit of {} s", limit.as_secs_f64())
+            }
+        }
+    }
+}
+
+/// The store's resource limiter: wasmtime's, which also records whether it refused memory,
+/// so that the trap that follows (an allocator's abort, typically `unreachable`) is
+/// reported by its cause.
+pub(crate) struct HookLimits {
+    inner: wasmtime::StoreLimits,
+    /// The most linear memory the hook may use.
+    pub(crate) memory_limit: usize,
+    /// Whether a memory growth was refused.
+    pub(crate) memory_refused: bool,
+}
+
+impl wasmtime::ResourceLimiter for HookLimits {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let allowed = self.inner.memory_growing(current, desired, maximum)?;
+        self.memory_refused |= !allowed;
+        Ok(allowed)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
 }
 
 /// The state of one hook: the wasmtime store's data.
@@ -39,11 +96,19 @@ pub struct HookContext {
     pub(crate) fence: Option<Fence>,
     pub(crate) changes: Changes,
     pub(crate) logs: Vec<LogLine>,
+    /// The bytes of `logs`, and the lines dropped past the hook's bounds.
+    pub(crate) log_bytes: usize,
+    pub(crate) logs_dropped: u64,
     pub(crate) metadata: Arc<CharmMetadata>,
     pub(crate) interruption: Option<Interruption>,
+    /// How many distinct keys the hook has written to bags and stored state.
+    keys_written: usize,
+    /// A limit the hook's writes exceeded where the call could not refuse it: what it
+    /// writes past it is not buffered, and the hook fails when it returns.
+    pub(crate) over_limit: Option<charm_model::limits::LimitError>,
     /// How many leader-only operations were refused because the hook is not leader.
     pub(crate) leadership_refusals: u32,
-    pub(crate) limits: wasmtime::StoreLimits,
+    pub(crate) limits: HookLimits,
     /// The charm's last accepted pod specs, shared by its hooks; `None` validates every time.
     pub(crate) pod_specs: Option<Arc<crate::podspec::LastValid>>,
     /// Built on the hook's first WASI call: most hooks make none, and building one costs
@@ -55,12 +120,12 @@ pub struct HookContext {
 struct Wasi {
     ctx: WasiCtx,
     table: ResourceTable,
-    output: MemoryOutputPipe,
+    output: crate::output::HookOutput,
 }
 
 impl Wasi {
     fn new() -> Self {
-        let output = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        let output = crate::output::HookOutput::new(OUTPUT_CAPACITY);
         // The sandbox: no filesystem, network, environment or arguments. Clocks and random
         // stay, as a charm's standard library needs them.
         let ctx = WasiCtx::builder()
@@ -88,20 +153,52 @@ impl HookContext {
             fence,
             changes: Changes::default(),
             logs: Vec::new(),
+            log_bytes: 0,
+            logs_dropped: 0,
             metadata,
             interruption: None,
+            keys_written: 0,
+            over_limit: None,
             leadership_refusals: 0,
-            limits: wasmtime::StoreLimitsBuilder::new()
-                .memory_size(memory_limit)
-                .build(),
+            limits: HookLimits {
+                inner: wasmtime::StoreLimitsBuilder::new()
+                    .memory_size(memory_limit)
+                    .build(),
+                memory_limit,
+                memory_refused: false,
+            },
             pod_specs: None,
             wasi: None,
         }
     }
 
     /// The hook's result: how it ended, with what it wrote and logged.
-    pub fn finish(self, outcome: crate::charm::HookOutcome) -> crate::charm::HookRun {
+    pub fn finish(mut self, outcome: crate::charm::HookOutcome) -> crate::charm::HookRun {
         let output = self.output();
+        // Only what would be committed is checked.
+        let outcome = match outcome {
+            crate::charm::HookOutcome::Succeeded => {
+                match self
+                    .over_limit
+                    .take()
+                    .map_or_else(|| self.check_limits(), Err)
+                {
+                    Ok(()) => crate::charm::HookOutcome::Succeeded,
+                    Err(limit) => crate::charm::HookOutcome::OverLimit(limit),
+                }
+            }
+            outcome => outcome,
+        };
+        if self.logs_dropped > 0 {
+            self.logs.push(LogLine {
+                level: "warning",
+                message: format!(
+                    "{} lines dropped: a hook keeps at most {LOG_LINES_PER_HOOK} log lines and {} KiB",
+                    self.logs_dropped,
+                    LOG_BYTES_PER_HOOK >> 10
+                ),
+            });
+        }
         crate::charm::HookRun {
             outcome,
             changes: self.changes,
@@ -114,9 +211,58 @@ impl HookContext {
     /// What the hook wrote to stdout and stderr (a panic message, say).
     pub fn output(&self) -> String {
         match &self.wasi {
-            Some(wasi) => String::from_utf8_lossy(&wasi.output.contents()).into_owned(),
+            Some(wasi) => wasi.output.contents(),
             None => String::new(),
         }
+    }
+
+    /// The hook's writes within the model's limits ([`charm_model::limits`]), the bags it
+    /// writes counted as they will stand.
+    fn check_limits(&self) -> Result<(), charm_model::limits::LimitError> {
+        // What the commit checks first, so the first limit named is the same.
+        charm_model::limits::check(&(&self.changes).into())?;
+        let snapshot = &self.snapshot;
+        let changes = &self.changes;
+        let unit = snapshot.unit.as_str();
+        let app = snapshot.app.as_str();
+        let relation = |id: &u32| snapshot.relations.get(id);
+        let unit_bags = changes.unit_bags.iter().map(|(id, writes)| {
+            let base = relation(id).and_then(|r| r.unit_bags.get(unit));
+            (base.map(|b| &**b), writes)
+        });
+        let app_bags = changes.app_bags.iter().map(|(id, writes)| {
+            let base = relation(id).and_then(|r| r.app_bags.get(app));
+            (base.map(|b| &**b), writes)
+        });
+        charm_model::limits::written_bags(
+            unit_bags
+                .chain(app_bags)
+                .chain([(Some(&*snapshot.leader_data), &changes.leader_data)]),
+            (&*snapshot.stored, &changes.stored),
+        )
+    }
+
+    /// Buffers the write of `key` to `bag`, unless it is a key past the most one hook may
+    /// write ([`charm_model::limits::KEYS_PER_HOOK`]): that write is dropped and the hook
+    /// will fail, so a hook writing keys without end costs the host no more than the limit.
+    pub(crate) fn write_key(&mut self, bag: BagOf, key: String, value: Option<String>) {
+        let writes = match bag {
+            BagOf::Unit(id) => self.changes.unit_bags.entry(id).or_default(),
+            BagOf::App(id) => self.changes.app_bags.entry(id).or_default(),
+            BagOf::Leader => &mut self.changes.leader_data,
+            BagOf::Stored => &mut self.changes.stored,
+        };
+        if !writes.contains_key(&key) {
+            if self.keys_written >= charm_model::limits::KEYS_PER_HOOK {
+                self.over_limit
+                    .get_or_insert(charm_model::limits::LimitError::TooManyKeys {
+                        limit: charm_model::limits::KEYS_PER_HOOK,
+                    });
+                return;
+            }
+            self.keys_written += 1;
+        }
+        writes.insert(key, value);
     }
 
     /// Whether this hook runs as leader.
@@ -141,6 +287,18 @@ impl WasiView for HookContext {
             table: &mut wasi.table,
         }
     }
+}
+
+/// A bag a hook writes.
+pub(crate) enum BagOf {
+    /// Its unit's bag in this relation.
+    Unit(u32),
+    /// Its application's bag in this relation.
+    App(u32),
+    /// The leader settings.
+    Leader,
+    /// Its stored state.
+    Stored,
 }
 
 /// A bag as the hook sees it: the snapshot's, with the hook's own writes over it.

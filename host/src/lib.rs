@@ -25,6 +25,7 @@ pub mod controller;
 mod imports;
 pub mod leadership;
 pub mod model;
+mod output;
 pub mod podspec;
 pub mod sim;
 pub mod store;

@@ -228,12 +228,38 @@ enum Command {
         /// FILE: an audit of the leadership fence, to check for linearizability.
         #[arg(long, value_name = "FILE")]
         write_history: Option<PathBuf>,
+        /// Seconds one hook may run; a hook still running then fails ("exceeded its time
+        /// limit") and is retried like any failed hook. A leader's hook is also bounded by
+        /// its leadership guarantee.
+        #[arg(long, default_value_t = charm_host::charm::DEFAULT_HOOK_TIMEOUT.as_secs_f64())]
+        hook_timeout: f64,
+        /// MiB of linear memory one hook may use; a hook that asks for more fails ("out of
+        /// memory").
+        #[arg(long, default_value_t = RuntimeConfig::default().memory_limit >> 20)]
+        hook_memory: usize,
     },
 }
 
 fn seconds(name: &str, s: f64) -> Result<Duration> {
     Duration::try_from_secs_f64(s)
         .with_context(|| format!("--{name} {s}: not a duration in seconds"))
+}
+
+/// `--hook-timeout`: a positive number of seconds.
+fn hook_timeout_arg(s: f64) -> Result<Duration> {
+    let timeout = seconds("hook-timeout", s)?;
+    if timeout.is_zero() {
+        bail!("--hook-timeout {s}: must be more than 0 seconds");
+    }
+    Ok(timeout)
+}
+
+/// `--hook-memory`: MiB, at least 1 and within wasm32's 4 GiB.
+fn hook_memory_arg(mib: usize) -> Result<usize> {
+    if !(1..=4096).contains(&mib) {
+        bail!("--hook-memory {mib}: must be from 1 to 4096 MiB");
+    }
+    Ok(mib << 20)
 }
 
 fn main() -> Result<()> {
@@ -314,6 +340,8 @@ fn main() -> Result<()> {
             drift_margin,
             update_status_interval,
             write_history,
+            hook_timeout,
+            hook_memory,
         } => {
             let leadership = LeadershipConfig {
                 lease_duration: seconds("lease-duration", lease_duration)?,
@@ -339,6 +367,11 @@ fn main() -> Result<()> {
                         update_status_interval,
                     )?,
                     write_history,
+                    runtime_config: RuntimeConfig {
+                        hook_timeout: hook_timeout_arg(hook_timeout)?,
+                        memory_limit: hook_memory_arg(hook_memory)?,
+                        ..RuntimeConfig::default()
+                    },
                 },
             ))
         }
@@ -704,6 +737,8 @@ struct RunOptions {
     leadership: LeadershipConfig,
     update_status_interval: Duration,
     write_history: Option<PathBuf>,
+    /// The hooks' sandbox: --hook-timeout and --hook-memory.
+    runtime_config: RuntimeConfig,
 }
 
 async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
@@ -715,6 +750,7 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
         leadership,
         update_status_interval,
         write_history,
+        runtime_config,
     } = options;
     let store = store.as_str();
     // Other hosts sharing a SQLite file queue hooks for our units unseen: look every half
@@ -722,7 +758,6 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
     let poll_interval = store
         .starts_with("sqlite:")
         .then(|| Duration::from_millis(500));
-    let runtime_config = RuntimeConfig::default();
     let margin = runtime_config.guarantee_margin;
     let runtime = CharmRuntime::new(runtime_config).map_err(anyhow::Error::from)?;
     // Everything is checked before anything is deployed.
@@ -985,7 +1020,36 @@ async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {
     Ok(())
 }
 
+/// The most characters a table cell shows; `--format json` carries the whole value.
+const TABLE_CELL_MAX: usize = 100;
+
+/// A cell as a table shows it: on one line, control characters escaped (`\n`, `\u{1b}`),
+/// cut with an ellipsis past [`TABLE_CELL_MAX`] characters.
+fn table_cell(s: &str) -> String {
+    let mut cell = String::new();
+    let mut count = 0;
+    for c in s.chars() {
+        let shown: String = if c.is_control() {
+            c.escape_debug().collect()
+        } else {
+            c.to_string()
+        };
+        let n = shown.chars().count();
+        if count + n > TABLE_CELL_MAX {
+            cell.push('…');
+            break;
+        }
+        count += n;
+        cell.push_str(&shown);
+    }
+    cell
+}
+
 fn print_table(rows: &[Vec<String>]) {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| table_cell(c)).collect())
+        .collect();
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
@@ -996,12 +1060,33 @@ fn print_table(rows: &[Vec<String>]) {
                 .unwrap_or(0)
         })
         .collect();
-    for row in rows {
+    for row in &rows {
+        // Padded by hand: `format!`'s width is a u16, too small for no cell.
         let cells: Vec<String> = row
             .iter()
             .enumerate()
-            .map(|(i, cell)| format!("{cell:<width$}", width = widths[i]))
+            .map(|(i, cell)| {
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                format!("{cell}{}", " ".repeat(pad))
+            })
             .collect();
         outln!("{}", cells.join("  ").trim_end());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_cell_is_one_line_and_cut_with_an_ellipsis() {
+        assert_eq!(table_cell("ok"), "ok");
+        assert_eq!(table_cell("a\nb\t\u{1b}[31m"), "a\\nb\\t\\u{1b}[31m");
+        let long = table_cell(&"x".repeat(32 << 20));
+        assert_eq!(long.chars().count(), TABLE_CELL_MAX + 1);
+        assert!(long.ends_with('…'));
+        // Cut on a character, never inside one.
+        let wide = table_cell(&"é".repeat(1000));
+        assert_eq!(wide.chars().count(), TABLE_CELL_MAX + 1);
     }
 }

@@ -18,6 +18,7 @@ use charm_host::store::{
     Claim, CommitError, CommitReceipt, Committed, Fence, Lease, LeaseStore, MemoryStore,
     QueuedHook, SqliteStore, StateStore, Store, StoreError, routing,
 };
+use charm_model::limits;
 use serde_json::json;
 
 /// Long enough to outlast any test.
@@ -533,6 +534,102 @@ async fn unit_writes_need_no_fence(store: &dyn Store) {
             .workload_version,
         "2.0"
     );
+}
+
+/// `n` keys named `{prefix}{i}`, each with a value that fills the key and value up to the
+/// limit of one value.
+fn full_values(prefix: &str, n: usize) -> BagWrites {
+    (0..n)
+        .map(|i| {
+            let key = format!("{prefix}{i}");
+            let value = "v".repeat(limits::VALUE_MAX - key.len());
+            (key, Some(value))
+        })
+        .collect()
+}
+
+/// Two commits, each as large as the model's limits allow (`charm_model::limits`), are
+/// applied: what a store rewrites for them fits etcd's default request size.
+async fn commits_at_the_limits_are_applied(store: &dyn Store) {
+    let m = deploy(store).await;
+    let fence = hold(store, "web", "web/0", LONG).await;
+    // The leader settings and stored state filled first: the second commit rewrites them.
+    let fill = Changes {
+        leader_data: full_values("leader-", 3),
+        stored: full_values("stored-", 5),
+        ..Changes::default()
+    };
+    let bags = [(None, &fill.leader_data)];
+    assert_eq!(
+        limits::written_bags(bags, (&Bag::new(), &fill.stored)),
+        Ok(())
+    );
+    assert_eq!(limits::check(&(&fill).into()), Ok(()));
+    store
+        .commit("web/0", None, &fill, Some(&fence))
+        .await
+        .unwrap();
+    // A pod spec near its limit, the bags near the total of a hook's writes and, with what
+    // they held, near the most written bags may hold.
+    let spec = "s".repeat(limits::POD_SPEC_MAX - 256);
+    let leader_data = writes(&[("one-more", Some("v"))]);
+    let full = Changes {
+        unit_bags: BTreeMap::from([(m.web_db.id, full_values("unit-", 2))]),
+        app_bags: BTreeMap::from([(m.web_db.id, full_values("app-", 1))]),
+        leader_data,
+        pod_spec: Some(Arc::new(PodSpecWrite {
+            spec: json!({"containers": [{"name": "web", "image": spec}]}),
+            k8s_resources: None,
+        })),
+        unit_status: Some(status(
+            StatusKind::Active,
+            &"m".repeat(limits::STATUS_MESSAGE_MAX),
+        )),
+        ..Changes::default()
+    };
+    assert_eq!(limits::check(&(&full).into()), Ok(()));
+    let snap = store.snapshot("web/0").await.unwrap();
+    let rel = &snap.relations[&m.web_db.id];
+    let bags = [
+        (
+            rel.unit_bags.get("web/0").map(|b| &**b),
+            &full.unit_bags[&m.web_db.id],
+        ),
+        (
+            rel.app_bags.get("web").map(|b| &**b),
+            &full.app_bags[&m.web_db.id],
+        ),
+        (Some(&*snap.leader_data), &full.leader_data),
+    ];
+    assert_eq!(
+        limits::written_bags(bags, (&snap.stored, &full.stored)),
+        Ok(())
+    );
+    let receipt = store
+        .commit("web/0", None, &full, Some(&fence))
+        .await
+        .unwrap()
+        .receipt;
+    assert_eq!(receipt.pod_spec_revision, Some(1));
+    let snap = store.snapshot("web/0").await.unwrap();
+    assert_eq!(snap.leader_data.len(), 4);
+    assert_eq!(snap.stored.len(), 5);
+    assert_eq!(snap.unit_status.message.len(), limits::STATUS_MESSAGE_MAX);
+}
+
+/// A commit past a limit is refused by every store, naming the limit, and applies nothing.
+async fn a_commit_past_a_limit_applies_nothing(store: &dyn Store) {
+    let m = deploy(store).await;
+    let fence = hold(store, "web", "web/0", LONG).await;
+    let mut changes = leader_hook(&m);
+    changes.leader_data = full_values("leader-", (limits::HOOK_WRITES_MAX / limits::VALUE_MAX) + 1);
+    let err = store
+        .commit("web/0", None, &changes, Some(&fence))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CommitError::Limit(_)), "{err}");
+    assert!(err.to_string().contains("the hook's writes is"), "{err}");
+    assert_nothing_applied(store, &m).await;
 }
 
 async fn unknown_relation_applies_nothing(store: &dyn Store) {
@@ -2415,6 +2512,8 @@ contract! {
     commit_after_expiry_is_rejected,
     unfenced_leader_only_writes_are_refused,
     unit_writes_need_no_fence,
+    commits_at_the_limits_are_applied,
+    a_commit_past_a_limit_applies_nothing,
     unknown_relation_applies_nothing,
     commit_for_unknown_unit_is_not_found,
     pod_spec_revision_grows_only_on_change,

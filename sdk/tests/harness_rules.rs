@@ -415,3 +415,66 @@ fn events_built_from_a_peer_relation_name_this_application() {
     assert_eq!(recorded(&out, "remote-app"), r#""scripted""#);
     assert_eq!(recorded(&out, "seen-app"), r#""scripted""#);
 }
+
+#[test]
+fn a_status_message_past_its_limit_is_refused_at_the_call() {
+    let out = run(
+        |model, _| {
+            let huge = model
+                .unit()
+                .set_status(Status::active("x".repeat(32 << 20)));
+            record(model, "refused", huge.is_err())?;
+            model.unit().set_status(Status::active("ready"))?;
+            Ok(())
+        },
+        Event::Install,
+        State::default(),
+    );
+    assert!(out.committed(), "{:?}", out.outcome);
+    assert_eq!(out.state.stored["refused"], "\"true\"");
+    assert_eq!(out.state.unit_status, Status::active("ready"));
+}
+
+#[test]
+fn a_hook_writing_more_keys_than_the_limit_commits_nothing() {
+    let out = run(
+        |model, _| {
+            for i in 0..1_001 {
+                model.stored().set(&format!("key-{i}"), &i)?;
+            }
+            Ok(())
+        },
+        Event::Install,
+        State::default(),
+    );
+    assert_eq!(
+        out.outcome,
+        Outcome::OverLimit("the hook writes more than 1000 keys".into())
+    );
+    assert!(out.state.stored.is_empty());
+}
+
+#[test]
+fn bags_that_would_hold_too_much_once_written_commit_nothing() {
+    // The write is within every limit of its own; the bag it fills is not.
+    let mut state = State::default().leader(true);
+    state.leader_data = (0..12)
+        .map(|i| (format!("k{i}"), "x".repeat(60 << 10)))
+        .collect();
+    let out = run(
+        |model, _| {
+            model.leader_data().set("k12", &"x".repeat(60 << 10))?;
+            Ok(())
+        },
+        Event::Install,
+        state.clone(),
+    );
+    let Outcome::OverLimit(why) = &out.outcome else {
+        panic!("{:?}", out.outcome);
+    };
+    assert!(
+        why.starts_with("what the bags the hook writes hold once written is"),
+        "{why}"
+    );
+    assert_eq!(out.state, state);
+}

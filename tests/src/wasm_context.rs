@@ -164,7 +164,12 @@ impl HookRunner for WasmContext {
                 Outcome::Fenced
             }
             HookOutcome::Succeeded if faults.commit_unavailable => Outcome::StoreUnavailable,
-            HookOutcome::Succeeded => Outcome::Committed,
+            // The store's commit checks the limits first, as the harness does.
+            HookOutcome::Succeeded => match charm_model::limits::check(&(&run.changes).into()) {
+                Ok(()) => Outcome::Committed,
+                Err(e) => Outcome::OverLimit(e.to_string()),
+            },
+            HookOutcome::OverLimit(e) => Outcome::OverLimit(e.to_string()),
             HookOutcome::Failed(m) => Outcome::Failed(m),
             HookOutcome::Trapped(m) => Outcome::Panicked(m),
             HookOutcome::Interrupted(_) => Outcome::Interrupted,

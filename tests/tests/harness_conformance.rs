@@ -50,6 +50,40 @@ fn discourse_and_postgresql_give_the_same_output_on_both_backends() {
     );
 }
 
+/// Writes past the host's limits (`charm_model::limits`) get the same verdict natively and
+/// in wasm: refused at the call, or the hook over its limit when it returns.
+#[test]
+fn writes_past_the_limits_get_the_same_verdict_on_both_backends() {
+    let runtime = runtime();
+    let native = Context::<hostile::Hostile>::new();
+    let wasm = WasmContext::new(&runtime, guests::HOSTILE);
+    for (behaviour, verdict) in [
+        ("huge-status", "the status message is 8388608 bytes"),
+        (
+            "huge-leader-data",
+            "is 8388608 bytes; the limit is 65536 bytes",
+        ),
+        ("many-keys", "the hook writes more than 1000 keys"),
+    ] {
+        let state = State::default().leader(true).config("behaviour", behaviour);
+        let event = if hostile::LEADER_BEHAVIOURS.contains(&behaviour) {
+            Event::LeaderElected
+        } else {
+            Event::ConfigChanged
+        };
+        let n = native.run(event.clone(), state.clone());
+        let w = HookRunner::run(&wasm, event, state.clone());
+        assert_eq!(n.outcome, w.outcome, "{behaviour}");
+        assert!(
+            format!("{:?}", n.outcome).contains(verdict),
+            "{behaviour}: {:?}",
+            n.outcome
+        );
+        assert_eq!(n.state, state, "{behaviour}: nothing applied");
+        assert_eq!(w.state, state, "{behaviour}: nothing applied");
+    }
+}
+
 /// Pod specs the host refuses (the probe's list and more), through the native harness:
 /// the same field as the host's validator (`charm_model::podspec`) names.
 #[test]

@@ -2,6 +2,7 @@
 //! calls. The host's imports and the SDK's testing harness both apply these, so a charm's
 //! native test is refused exactly where the host would refuse it.
 
+use crate::limits::{self, LimitError};
 use crate::records::{RelationId, StatusKind};
 
 /// Why a hook's call was refused. The call changes nothing.
@@ -101,22 +102,30 @@ pub fn read_app_bag(
     }
 }
 
-/// Writing `key` of `unit`'s bag from a hook of `local_unit`: its own bag only.
-pub fn write_unit_bag(local_unit: &str, unit: &str, key: &str) -> Result<(), AccessError> {
+/// Writing `key` (to `value`, or removing it) of `unit`'s bag from a hook of `local_unit`:
+/// its own bag only, within the [`limits`].
+pub fn write_unit_bag(
+    local_unit: &str,
+    unit: &str,
+    key: &str,
+    value: Option<&str>,
+) -> Result<(), AccessError> {
     if unit != local_unit {
         return Err(AccessError::PermissionDenied(format!(
             "{local_unit} may write only its own unit bag, not {unit}'s"
         )));
     }
-    setting_key(key)
+    setting_key(key)?;
+    within_limits(limits::setting("unit bag setting", key, value))
 }
 
-/// Writing `key` of `app`'s bag from a hook of `local_unit`: its own application's bag, and
-/// only as leader.
+/// Writing `key` (to `value`, or removing it) of `app`'s bag from a hook of `local_unit`:
+/// its own application's bag, only as leader, within the [`limits`].
 pub fn write_app_bag(
     local_unit: &str,
     app: &str,
     key: &str,
+    value: Option<&str>,
     leader: bool,
 ) -> Result<(), AccessError> {
     if app != crate::records::app_of(local_unit) {
@@ -125,18 +134,25 @@ pub fn write_app_bag(
         )));
     }
     require_leader(leader)?;
-    setting_key(key)
+    setting_key(key)?;
+    within_limits(limits::setting("application bag setting", key, value))
 }
 
-/// Writing `key` of the leader settings: the leader only.
-pub fn write_leader_data(key: &str, leader: bool) -> Result<(), AccessError> {
+/// Writing `key` (to `value`, or removing it) of the leader settings: the leader only,
+/// within the [`limits`].
+pub fn write_leader_data(key: &str, value: Option<&str>, leader: bool) -> Result<(), AccessError> {
     require_leader(leader)?;
     if key.is_empty() {
         return Err(AccessError::InvalidArgument(
             "a leader setting's key must not be empty".into(),
         ));
     }
-    Ok(())
+    within_limits(limits::setting("leader setting", key, value))
+}
+
+/// A limit exceeded, as the charm's call sees it.
+fn within_limits(verdict: Result<(), LimitError>) -> Result<(), AccessError> {
+    verdict.map_err(|e| AccessError::InvalidArgument(e.to_string()))
 }
 
 fn setting_key(key: &str) -> Result<(), AccessError> {
@@ -148,14 +164,24 @@ fn setting_key(key: &str) -> Result<(), AccessError> {
     Ok(())
 }
 
-/// Setting a status of this kind. As in Juju, error is the host's to set, when a hook fails.
-pub fn set_status(kind: StatusKind) -> Result<(), AccessError> {
+/// Setting a status of this kind with this message. As in Juju, error is the host's to
+/// set, when a hook fails; the message is within [`limits::STATUS_MESSAGE_MAX`].
+///
+/// ```
+/// use charm_model::access::set_status;
+/// use charm_model::StatusKind;
+///
+/// assert!(set_status(StatusKind::Active, "ready").is_ok());
+/// assert!(set_status(StatusKind::Error, "").is_err());
+/// assert!(set_status(StatusKind::Active, &"x".repeat(32 << 20)).is_err());
+/// ```
+pub fn set_status(kind: StatusKind, message: &str) -> Result<(), AccessError> {
     if kind == StatusKind::Error {
         return Err(AccessError::InvalidArgument(
             "a charm cannot set an error status".into(),
         ));
     }
-    Ok(())
+    within_limits(limits::status_message(message))
 }
 
 /// An action's result keys, by Juju's rule: lowercase letters, digits and `-`, starting

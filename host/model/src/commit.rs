@@ -104,6 +104,7 @@ pub fn commit<T: ModelTx + ?Sized>(
         fence,
     } = request;
     let app = app_of(unit);
+    crate::limits::check(&changes.into())?;
     if !tx.unit_exists(unit)? {
         return Err(not_found(format!("unit {unit}")).into());
     }

@@ -59,6 +59,9 @@ pub enum CommitError {
         /// The hook's sequence number.
         seq: u64,
     },
+    /// The hook's writes exceed a limit ([`crate::limits`]).
+    #[error("the hook's writes exceed a limit: {0}")]
+    Limit(#[from] crate::limits::LimitError),
     /// The model changed under the hook (its unit or a relation was removed).
     #[error(transparent)]
     Store(#[from] StoreError),

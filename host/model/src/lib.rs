@@ -3,7 +3,8 @@
 //!
 //! - [`records`]: the vocabulary (applications, units, relations, bags, hooks, a hook's
 //!   buffered [`Changes`], what a hook sees: [`UnitSnapshot`]).
-//! - [`access`]: what a hook may read and write; [`podspec`]: what a pod spec may be.
+//! - [`access`]: what a hook may read and write; [`podspec`]: what a pod spec may be;
+//!   [`limits`]: how much a hook may write.
 //! - [`snapshot`], [`commit`], [`operations`], [`config`], [`removal`], [`status`]: each
 //!   model operation, written once against [`ModelTx`], the records a store reads and
 //!   writes in one atomic step; [`endpoints`]: which endpoints `app[:endpoint]` names.
@@ -19,6 +20,7 @@ pub mod config;
 pub mod endpoints;
 pub mod error;
 pub mod leadership;
+pub mod limits;
 pub mod operations;
 pub mod podspec;
 pub mod records;

@@ -81,11 +81,26 @@ fn print_lines(
                 line.unit,
                 line.hook,
                 line.level.to_uppercase(),
-                line.message
+                printable(&line.message)
             );
         }
     }
     Ok(())
+}
+
+/// A charm's line as a terminal shows it safely: control characters (a terminal's escape
+/// sequences among them) escaped, as `\u{1b}`; `--format json` carries the line as it is.
+fn printable(message: &str) -> String {
+    message
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().collect()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// `at_ms` as UTC `YYYY-MM-DD HH:MM:SS.mmm`.
@@ -114,6 +129,12 @@ fn timestamp(at_ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn control_characters_are_escaped_for_the_terminal() {
+        assert_eq!(super::printable("ok é"), "ok é");
+        assert_eq!(super::printable("\u{1b}[2J\r"), "\\u{1b}[2J\\r");
+    }
+
     #[test]
     fn timestamps_are_utc_calendar_times() {
         assert_eq!(super::timestamp(0), "1970-01-01 00:00:00.000");

@@ -2,7 +2,7 @@ use charm_model::access;
 
 use crate::bindings::juju::charm::leadership::Host;
 use crate::bindings::types::Error;
-use crate::context::{HookContext, overlay};
+use crate::context::{BagOf, HookContext, overlay};
 
 impl Host for HookContext {
     fn is_leader(&mut self) -> bool {
@@ -28,8 +28,8 @@ impl Host for HookContext {
 
     fn leader_set(&mut self, key: String, value: Option<String>) -> Result<(), Error> {
         let leader = self.is_leader();
-        self.allowed(access::write_leader_data(&key, leader))?;
-        self.changes.leader_data.insert(key, value);
+        self.allowed(access::write_leader_data(&key, value.as_deref(), leader))?;
+        self.write_key(BagOf::Leader, key, value);
         Ok(())
     }
 }

@@ -2,7 +2,7 @@ use charm_model::access::{self, Side};
 
 use crate::bindings::juju::charm::relations::{Host, Relation};
 use crate::bindings::types::Error;
-use crate::context::{HookContext, overlay};
+use crate::context::{BagOf, HookContext, overlay};
 use crate::model::{Bag, BagWrites, RelationView};
 
 fn relation(ctx: &HookContext, id: u32) -> Result<&RelationView, Error> {
@@ -66,10 +66,9 @@ impl Host for HookContext {
         value: Option<String>,
     ) -> Result<(), Error> {
         relation(self, id)?;
-        let verdict = access::write_unit_bag(self.unit(), &unit, &key);
+        let verdict = access::write_unit_bag(self.unit(), &unit, &key, value.as_deref());
         self.allowed(verdict)?;
-        let writes = self.changes.unit_bags.entry(id).or_default();
-        writes.insert(key, value);
+        self.write_key(BagOf::Unit(id), key, value);
         Ok(())
     }
 
@@ -81,10 +80,10 @@ impl Host for HookContext {
         value: Option<String>,
     ) -> Result<(), Error> {
         relation(self, id)?;
-        let verdict = access::write_app_bag(self.unit(), &app, &key, self.is_leader());
+        let verdict =
+            access::write_app_bag(self.unit(), &app, &key, value.as_deref(), self.is_leader());
         self.allowed(verdict)?;
-        let writes = self.changes.app_bags.entry(id).or_default();
-        writes.insert(key, value);
+        self.write_key(BagOf::App(id), key, value);
         Ok(())
     }
 }

@@ -1,5 +1,5 @@
 use crate::bindings::juju::charm::state::Host;
-use crate::context::HookContext;
+use crate::context::{BagOf, HookContext};
 
 impl Host for HookContext {
     fn get(&mut self, key: String) -> Option<String> {
@@ -10,6 +10,6 @@ impl Host for HookContext {
     }
 
     fn set(&mut self, key: String, value: Option<String>) {
-        self.changes.stored.insert(key, value);
+        self.write_key(BagOf::Stored, key, value);
     }
 }

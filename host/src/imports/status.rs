@@ -39,7 +39,7 @@ impl HookContext {
     /// A status the charm sets, as the model allows it.
     fn settable(&mut self, status: WitStatus) -> Result<Status, Error> {
         let status = from_wit(status);
-        self.allowed(access::set_status(status.kind))?;
+        self.allowed(access::set_status(status.kind, &status.message))?;
         Ok(status)
     }
 }

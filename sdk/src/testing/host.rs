@@ -31,6 +31,55 @@ pub(crate) struct Writes {
     pub stored: BagWrites,
 }
 
+impl Hook {
+    /// The host's limits on what one hook writes, checked as its commit checks them.
+    pub(crate) fn check_limits(&self) -> std::result::Result<(), charm_model::limits::LimitError> {
+        use charm_model::limits::{HookWrites, check};
+        let w = &self.writes;
+        let mut bags: Vec<(String, &BagWrites)> = Vec::new();
+        for (id, writes) in &w.unit_bags {
+            bags.push((format!("relation {id} unit bag setting"), writes));
+        }
+        for (id, writes) in &w.app_bags {
+            bags.push((format!("relation {id} application bag setting"), writes));
+        }
+        bags.push(("leader setting".into(), &w.leader_data));
+        bags.push(("stored state".into(), &w.stored));
+        let action = self.action.as_ref();
+        check(&HookWrites {
+            bags,
+            status_messages: w
+                .unit_status
+                .iter()
+                .chain(&w.app_status)
+                .map(Status::message)
+                .collect(),
+            workload_version: w.workload_version.as_deref(),
+            pod_spec: w.pod_spec.as_ref(),
+            action_results: action.map(|a| &a.results),
+            action_messages: action
+                .map(|a| a.failure.iter().chain(&a.log).map(String::as_str).collect())
+                .unwrap_or_default(),
+        })?;
+        let state = &self.snapshot;
+        let relation = |id: &u32| state.relations.iter().find(|r| r.id == *id);
+        let unit_bags = w
+            .unit_bags
+            .iter()
+            .map(|(id, writes)| (relation(id).map(|r| &r.local_unit_data), writes));
+        let app_bags = w
+            .app_bags
+            .iter()
+            .map(|(id, writes)| (relation(id).map(|r| &r.local_app_data), writes));
+        charm_model::limits::written_bags(
+            unit_bags
+                .chain(app_bags)
+                .chain([(Some(&state.leader_data), &w.leader_data)]),
+            (&state.stored, &w.stored),
+        )
+    }
+}
+
 /// The payload with which the stand-in stops a hook, as the host's epoch deadline does.
 pub(crate) struct Interrupted;
 
@@ -221,7 +270,7 @@ impl Backend for HookBackend {
         let mut h = self.0.borrow_mut();
         h.call();
         let leader = h.snapshot.leader;
-        h.allowed(access::write_leader_data(key, leader))?;
+        h.allowed(access::write_leader_data(key, value, leader))?;
         h.writes
             .leader_data
             .insert(key.to_string(), value.map(str::to_string));
@@ -318,7 +367,7 @@ impl Backend for HookBackend {
         let mut h = self.0.borrow_mut();
         h.call();
         h.relation(id)?;
-        let verdict = access::write_unit_bag(&h.unit, unit, key);
+        let verdict = access::write_unit_bag(&h.unit, unit, key, value);
         h.allowed(verdict)?;
         h.writes
             .unit_bags
@@ -332,7 +381,7 @@ impl Backend for HookBackend {
         let mut h = self.0.borrow_mut();
         h.call();
         h.relation(id)?;
-        let verdict = access::write_app_bag(&h.unit, app, key, h.snapshot.leader);
+        let verdict = access::write_app_bag(&h.unit, app, key, value, h.snapshot.leader);
         h.allowed(verdict)?;
         h.writes
             .app_bags
@@ -354,7 +403,7 @@ impl Backend for HookBackend {
     fn set_unit_status(&mut self, status: Status) -> Result<()> {
         let mut h = self.0.borrow_mut();
         h.call();
-        h.allowed(access::set_status(status_kind(&status)))?;
+        h.allowed(access::set_status(status_kind(&status), status.message()))?;
         h.writes.unit_status = Some(status);
         Ok(())
     }
@@ -373,7 +422,7 @@ impl Backend for HookBackend {
         let mut h = self.0.borrow_mut();
         h.call();
         h.require_leader()?;
-        h.allowed(access::set_status(status_kind(&status)))?;
+        h.allowed(access::set_status(status_kind(&status), status.message()))?;
         h.writes.app_status = Some(status);
         Ok(())
     }

@@ -144,6 +144,9 @@ pub enum Outcome {
     Fenced,
     /// The store could not be reached when the hook committed.
     StoreUnavailable,
+    /// The hook returned `Ok`, but its writes exceed one of the host's limits
+    /// ([`charm_model::limits`]), named here: the host fails the hook with this message.
+    OverLimit(String),
 }
 
 impl Outcome {
@@ -388,7 +391,10 @@ impl<C: Charm> Context<C> {
         let outcome = match result {
             Ok(Ok(())) if lease_lost => Outcome::Fenced,
             Ok(Ok(())) if faults.commit_unavailable => Outcome::StoreUnavailable,
-            Ok(Ok(())) => Outcome::Committed,
+            Ok(Ok(())) => match hook.check_limits() {
+                Ok(()) => Outcome::Committed,
+                Err(e) => Outcome::OverLimit(e.to_string()),
+            },
             Ok(Err(e)) => Outcome::Failed(e.to_string()),
             Err(payload) if payload.is::<Interrupted>() => Outcome::Interrupted,
             Err(payload) => Outcome::Panicked(panic_message(payload.as_ref())),

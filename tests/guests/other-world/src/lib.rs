@@ -1,4 +1,5 @@
-//! A component that is not a charm: it exports `greet` and nothing of the charm world.
+//! A component that is not a charm: it exports `greet` and nothing of the charm world, and
+//! imports an interface no charm host provides.
 
 wit_bindgen::generate!({ path: "wit", world: "greeter" });
 
@@ -6,7 +7,7 @@ struct Greeter;
 
 impl Guest for Greeter {
     fn greet(name: String) -> String {
-        format!("hello, {name}")
+        format!("{}, {name}", test::other::salutations::salutation())
     }
 }
 

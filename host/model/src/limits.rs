@@ -1,0 +1,381 @@
+//! How much one hook may write: the same limits on every store and in the SDK's testing
+//! harness, so a charm is refused alike wherever it runs.
+//!
+//! The limits are chosen so that any commit within them fits etcd's default request size
+//! (1.5 MiB, `--max-request-bytes`): a hook writes at most [`HOOK_WRITES_MAX`] bytes, each
+//! string counted as the stores encode it (JSON, so a control character counts 2 to 6
+//! bytes), which leaves room for the records and queued hooks the commit also writes.
+//! Single items are bounded
+//! on their own so a charm learns which write is at fault, at the call that made it where
+//! the call can fail ([`crate::access`]) and at the commit otherwise ([`check`]).
+
+use std::collections::BTreeMap;
+
+use crate::records::{Bag, BagWrites, Changes, PodSpecWrite};
+
+/// The longest status message, in bytes.
+pub const STATUS_MESSAGE_MAX: usize = 4 << 10;
+/// The longest workload version, in bytes.
+pub const WORKLOAD_VERSION_MAX: usize = 1 << 10;
+/// The longest key of a relation bag, the leader settings or stored state, in bytes.
+pub const KEY_MAX: usize = 256;
+/// The longest value of a relation bag, the leader settings or stored state, in bytes.
+pub const VALUE_MAX: usize = 64 << 10;
+/// The most keys one hook may write, over every bag and stored state.
+pub const KEYS_PER_HOOK: usize = 1_000;
+/// The largest pod spec with its Kubernetes resources, in bytes of JSON.
+pub const POD_SPEC_MAX: usize = 256 << 10;
+/// The most an action may report: results, failure and messages, in bytes.
+pub const ACTION_OUTPUT_MAX: usize = 64 << 10;
+/// The most one hook may write in all, in bytes: every key and value, status message,
+/// workload version, pod spec and action output.
+pub const HOOK_WRITES_MAX: usize = 512 << 10;
+
+/// The most the bags one hook writes (relation bags, leader settings) and the unit's stored
+/// state may hold in all once written, in bytes: a store may rewrite each whole in the
+/// commit (etcd's does), so this, not only what the hook wrote, must fit one request.
+pub const WRITTEN_BAGS_MAX: usize = 768 << 10;
+
+/// A limit a hook's writes exceed. Nothing of the hook is applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// One item, or the hook's writes in all, are too large.
+    #[error("{what} is {size} bytes; the limit is {limit} bytes")]
+    TooLarge {
+        /// What is too large, such as `the value of leader setting "huge"`.
+        what: String,
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The hook writes too many keys. (How many is not said: the host stops counting
+    /// past the limit.)
+    #[error("the hook writes more than {limit} keys")]
+    TooManyKeys {
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// `size` within `limit`, or what exceeds it.
+/// `s`'s size as the stores keep it: JSON-escaped, without the quotes.
+///
+/// ```
+/// use charm_model::limits::stored_len;
+///
+/// assert_eq!(stored_len("abc"), 3);
+/// assert_eq!(stored_len("é\n\u{1}"), 2 + 2 + 6);
+/// ```
+pub fn stored_len(s: &str) -> usize {
+    s.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\t' | b'\r' | 0x08 | 0x0c => 2,
+            0..0x20 => 6,
+            _ => 1,
+        })
+        .sum()
+}
+
+fn within(what: impl FnOnce() -> String, size: usize, limit: usize) -> Result<(), LimitError> {
+    if size > limit {
+        Err(LimitError::TooLarge {
+            what: what(),
+            size,
+            limit,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// A status message within [`STATUS_MESSAGE_MAX`].
+///
+/// ```
+/// use charm_model::limits::{status_message, STATUS_MESSAGE_MAX};
+///
+/// assert!(status_message("ready").is_ok());
+/// assert!(status_message(&"x".repeat(STATUS_MESSAGE_MAX + 1)).is_err());
+/// ```
+pub fn status_message(message: &str) -> Result<(), LimitError> {
+    within(
+        || "the status message".into(),
+        stored_len(message),
+        STATUS_MESSAGE_MAX,
+    )
+}
+
+/// A key and value of `bag` (such as `leader setting`) within [`KEY_MAX`] and
+/// [`VALUE_MAX`].
+///
+/// ```
+/// use charm_model::limits::{setting, VALUE_MAX};
+///
+/// assert!(setting("leader setting", "k", Some("v")).is_ok());
+/// let err = setting("leader setting", "k", Some(&"x".repeat(VALUE_MAX + 1))).unwrap_err();
+/// assert_eq!(err.to_string(), "the value of leader setting \"k\" is 65537 bytes; the limit is 65536 bytes");
+/// ```
+pub fn setting(bag: &str, key: &str, value: Option<&str>) -> Result<(), LimitError> {
+    within(
+        || format!("the key of {bag} {:?}…", cut(key, 32)),
+        stored_len(key),
+        KEY_MAX,
+    )?;
+    within(
+        || format!("the value of {bag} {key:?}"),
+        value.map_or(0, stored_len),
+        VALUE_MAX,
+    )
+}
+
+/// `s`'s first `max` bytes at most, on a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// What one hook wrote, as the limits count it: the host's [`Changes`] or the testing
+/// harness's buffer, seen alike.
+#[derive(Debug, Default)]
+pub struct HookWrites<'a> {
+    /// Each bag written, named (`relation 3 unit bag`, `leader setting`, `stored state`).
+    pub bags: Vec<(String, &'a BagWrites)>,
+    /// The messages of the statuses set.
+    pub status_messages: Vec<&'a str>,
+    /// The workload version set.
+    pub workload_version: Option<&'a str>,
+    /// The pod spec set.
+    pub pod_spec: Option<&'a PodSpecWrite>,
+    /// The action's results.
+    pub action_results: Option<&'a BTreeMap<String, String>>,
+    /// The action's failure message and progress messages.
+    pub action_messages: Vec<&'a str>,
+}
+
+impl<'a> From<&'a Changes> for HookWrites<'a> {
+    fn from(changes: &'a Changes) -> Self {
+        let mut bags: Vec<(String, &BagWrites)> = Vec::new();
+        for (id, writes) in &changes.unit_bags {
+            bags.push((format!("relation {id} unit bag setting"), writes));
+        }
+        for (id, writes) in &changes.app_bags {
+            bags.push((format!("relation {id} application bag setting"), writes));
+        }
+        bags.push(("leader setting".into(), &changes.leader_data));
+        bags.push(("stored state".into(), &changes.stored));
+        let action = changes.action.as_ref();
+        HookWrites {
+            bags,
+            status_messages: changes
+                .unit_status
+                .iter()
+                .chain(&changes.app_status)
+                .map(|s| s.message.as_str())
+                .collect(),
+            workload_version: changes.workload_version.as_deref(),
+            pod_spec: changes.pod_spec.as_deref(),
+            action_results: action.map(|a| &a.results),
+            action_messages: action
+                .map(|a| a.failure.iter().chain(&a.log).map(String::as_str).collect())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Checks a hook's writes against every limit: each item, the number of keys, and the
+/// total. The first limit exceeded is named.
+///
+/// ```
+/// use charm_model::limits::{check, HookWrites, KEYS_PER_HOOK};
+/// use charm_model::{BagWrites, Changes};
+///
+/// let mut changes = Changes::default();
+/// changes.stored.insert("k".into(), Some("v".into()));
+/// assert!(check(&HookWrites::from(&changes)).is_ok());
+///
+/// for i in 0..=KEYS_PER_HOOK {
+///     changes.stored.insert(format!("k{i}"), Some("v".into()));
+/// }
+/// assert!(check(&HookWrites::from(&changes)).is_err());
+/// ```
+pub fn check(writes: &HookWrites<'_>) -> Result<(), LimitError> {
+    let mut total = 0usize;
+    let mut keys = 0usize;
+    for (bag, bag_writes) in &writes.bags {
+        for (key, value) in bag_writes.iter() {
+            setting(bag, key, value.as_deref())?;
+            total += stored_len(key) + value.as_deref().map_or(0, stored_len);
+        }
+        keys += bag_writes.len();
+    }
+    if keys > KEYS_PER_HOOK {
+        return Err(LimitError::TooManyKeys {
+            limit: KEYS_PER_HOOK,
+        });
+    }
+    for message in &writes.status_messages {
+        status_message(message)?;
+        total += stored_len(message);
+    }
+    if let Some(version) = writes.workload_version {
+        within(
+            || "the workload version".into(),
+            stored_len(version),
+            WORKLOAD_VERSION_MAX,
+        )?;
+        total += stored_len(version);
+    }
+    if let Some(spec) = writes.pod_spec {
+        let size = json_len(&spec.spec) + spec.k8s_resources.as_ref().map_or(0, json_len);
+        within(|| "the pod spec".into(), size, POD_SPEC_MAX)?;
+        total += size;
+    }
+    let action = writes
+        .action_results
+        .iter()
+        .flat_map(|r| r.iter())
+        .map(|(k, v)| stored_len(k) + stored_len(v))
+        .chain(writes.action_messages.iter().map(|m| stored_len(m)))
+        .sum::<usize>();
+    within(|| "the action's output".into(), action, ACTION_OUTPUT_MAX)?;
+    total += action;
+    within(|| "the hook's writes".into(), total, HOOK_WRITES_MAX)
+}
+
+/// The bags a hook writes (relation bags, leader settings), each as it stands before the
+/// hook (`None`: empty) with the hook's writes to it, and the unit's stored state likewise,
+/// within [`WRITTEN_BAGS_MAX`] in all once written. Stored state counts even when the hook
+/// does not write it: the unit's record that holds it is rewritten by most commits.
+///
+/// ```
+/// use charm_model::limits::{written_bags, WRITTEN_BAGS_MAX};
+/// use charm_model::{Bag, BagWrites};
+///
+/// let full: Bag = [("old".to_string(), "x".repeat(WRITTEN_BAGS_MAX))].into();
+/// let none = BagWrites::new();
+/// let add: BagWrites = [("new".to_string(), Some("y".into()))].into();
+/// assert!(written_bags([(Some(&full), &add)], (&Bag::new(), &none)).is_err());
+/// let drop: BagWrites = [("old".to_string(), None)].into();
+/// assert!(written_bags([(Some(&full), &drop)], (&Bag::new(), &none)).is_ok());
+/// // Stored state as it stands counts, written to or not.
+/// assert!(written_bags([(None, &add)], (&full, &none)).is_err());
+/// ```
+pub fn written_bags<'a>(
+    bags: impl IntoIterator<Item = (Option<&'a Bag>, &'a BagWrites)>,
+    stored: (&'a Bag, &'a BagWrites),
+) -> Result<(), LimitError> {
+    let size = |base: Option<&Bag>, writes: &BagWrites| -> usize {
+        let kept = base
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| !writes.contains_key(*k))
+            .map(|(k, v)| stored_len(k) + stored_len(v));
+        let written = writes
+            .iter()
+            .filter_map(|(k, v)| v.as_deref().map(|v| stored_len(k) + stored_len(v)));
+        kept.chain(written).sum()
+    };
+    let total = bags
+        .into_iter()
+        .filter(|(_, writes)| !writes.is_empty())
+        .map(|(base, writes)| size(base, writes))
+        .sum::<usize>()
+        + size(Some(stored.0), stored.1);
+    within(
+        || "what the bags the hook writes hold once written".into(),
+        total,
+        WRITTEN_BAGS_MAX,
+    )
+}
+
+/// `value`'s size as JSON, counted as it is written rather than kept: a commit checks
+/// every pod spec, usually the same one again.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(usize::MAX, |()| count.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::Status;
+
+    fn status(message: String) -> Status {
+        Status {
+            kind: crate::records::StatusKind::Active,
+            message,
+        }
+    }
+
+    #[test]
+    fn each_limit_names_what_exceeds_it() {
+        let mut changes = Changes {
+            unit_status: Some(status("x".repeat(STATUS_MESSAGE_MAX + 1))),
+            ..Default::default()
+        };
+        let err = check(&HookWrites::from(&changes)).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("the status message is 4097 bytes"),
+            "{err}"
+        );
+
+        changes.unit_status = None;
+        changes
+            .leader_data
+            .insert("huge".into(), Some("x".repeat(32 << 20)));
+        let err = check(&HookWrites::from(&changes)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the value of leader setting \"huge\" is 33554432 bytes; the limit is 65536 bytes"
+        );
+
+        changes.leader_data.clear();
+        changes.workload_version = Some("v".repeat(WORKLOAD_VERSION_MAX + 1));
+        assert!(check(&HookWrites::from(&changes)).is_err());
+    }
+
+    #[test]
+    fn values_each_within_their_limit_may_still_exceed_the_total() {
+        let mut changes = Changes::default();
+        for i in 0..(HOOK_WRITES_MAX / VALUE_MAX) {
+            changes
+                .stored
+                .insert(format!("k{i}"), Some("x".repeat(VALUE_MAX)));
+        }
+        let err = check(&HookWrites::from(&changes)).unwrap_err();
+        assert!(
+            matches!(&err, LimitError::TooLarge { what, .. } if what == "the hook's writes"),
+            "{err}"
+        );
+        changes.stored.pop_first();
+        assert_eq!(check(&HookWrites::from(&changes)), Ok(()));
+    }
+
+    #[test]
+    fn removing_a_key_counts_as_a_key_written() {
+        let mut changes = Changes::default();
+        for i in 0..=KEYS_PER_HOOK {
+            changes.stored.insert(format!("k{i}"), None);
+        }
+        assert_eq!(
+            check(&HookWrites::from(&changes)),
+            Err(LimitError::TooManyKeys {
+                limit: KEYS_PER_HOOK
+            })
+        );
+    }
+}
