@@ -1,0 +1,253 @@
+//! A store decorator that measures every request: its duration and, when it fails, the
+//! kind of failure, by operation; and the commits the fence refused, by application. One
+//! place for every backend, so the figures mean the same on memory, SQLite and etcd.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::{
+    AppRemoval, BoxFuture, Claim, CommitError, CommitFuture, ConfigApplied, Deployed, HookCommit,
+    Lease, LeaseError, LeaseFuture, LeaseStore, ModelStatus, StateStore, Store, StoreError,
+    StoreFuture, UnitDetails,
+};
+use crate::metrics::StoreMetrics;
+use crate::model::{
+    ApplicationRecord, ConfigValue, Hook, LogRecord, PodSpecRecord, QueuedHook, RelationEndpoint,
+    RelationRecord, UnitSnapshot,
+};
+
+/// A store whose requests are measured in [`StoreMetrics`]; otherwise the store it wraps.
+pub struct MeteredStore {
+    inner: Arc<dyn Store>,
+    metrics: StoreMetrics,
+}
+
+impl MeteredStore {
+    /// Measures `inner`'s requests in `metrics`.
+    pub fn new(inner: Arc<dyn Store>, metrics: StoreMetrics) -> Self {
+        MeteredStore { inner, metrics }
+    }
+
+    /// Runs `request`, then counts it as `operation`.
+    fn timed<'a, T: Send + 'a, E: FailureKind + Send + 'a>(
+        &'a self,
+        operation: &'static str,
+        request: BoxFuture<'a, Result<T, E>>,
+    ) -> BoxFuture<'a, Result<T, E>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let answer = request.await;
+            self.record(operation, started.elapsed(), answer.as_ref().err());
+            answer
+        })
+    }
+
+    fn record<E: FailureKind>(&self, operation: &'static str, took: Duration, error: Option<&E>) {
+        self.metrics
+            .request(operation, took, error.map(FailureKind::kind));
+    }
+}
+
+/// A failure's kind, as a label value.
+trait FailureKind {
+    fn kind(&self) -> &'static str;
+}
+
+impl FailureKind for StoreError {
+    fn kind(&self) -> &'static str {
+        match self {
+            StoreError::NotFound(_) => "not-found",
+            StoreError::AlreadyExists(_) => "already-exists",
+            StoreError::Invalid(_) => "invalid",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Corrupt(_) => "corrupt",
+            StoreError::Incompatible(_) => "incompatible",
+        }
+    }
+}
+
+impl FailureKind for CommitError {
+    fn kind(&self) -> &'static str {
+        match self {
+            CommitError::Fenced { .. } => "fenced",
+            CommitError::Unfenced => "unfenced",
+            CommitError::NotQueued { .. } => "not-queued",
+            CommitError::Store(e) => e.kind(),
+        }
+    }
+}
+
+impl FailureKind for LeaseError {
+    fn kind(&self) -> &'static str {
+        match self {
+            LeaseError::Unavailable(_) => "unavailable",
+        }
+    }
+}
+
+impl LeaseStore for MeteredStore {
+    fn claim<'a>(&'a self, app: &'a str, holder: &'a str, ttl: Duration) -> LeaseFuture<'a, Claim> {
+        self.timed("claim", self.inner.claim(app, holder, ttl))
+    }
+
+    fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> LeaseFuture<'a, ()> {
+        self.timed("release", self.inner.release(app, holder))
+    }
+
+    fn leader<'a>(&'a self, app: &'a str) -> LeaseFuture<'a, Option<Lease>> {
+        self.timed("leader", self.inner.leader(app))
+    }
+}
+
+impl StateStore for MeteredStore {
+    fn model_name(&self) -> &str {
+        self.inner.model_name()
+    }
+
+    fn commit_hook<'a>(&'a self, request: HookCommit<'a>) -> CommitFuture<'a> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let answer = self.inner.commit_hook(request).await;
+            self.record("commit", started.elapsed(), answer.as_ref().err());
+            if let Err(CommitError::Fenced { fence }) = &answer {
+                self.metrics.fenced(&fence.app);
+            }
+            answer
+        })
+    }
+
+    fn queue_signal(self: Arc<Self>, unit: &str) -> Option<Arc<Notify>> {
+        self.inner.clone().queue_signal(unit)
+    }
+
+    fn add_application<'a>(&'a self, app: ApplicationRecord) -> StoreFuture<'a, ()> {
+        self.timed("add_application", self.inner.add_application(app))
+    }
+
+    fn application<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ApplicationRecord> {
+        self.timed("application", self.inner.application(name))
+    }
+
+    fn applications(&self) -> StoreFuture<'_, Vec<ApplicationRecord>> {
+        self.timed("applications", self.inner.applications())
+    }
+
+    fn add_unit<'a>(&'a self, app: &'a str) -> StoreFuture<'a, String> {
+        self.timed("add_unit", self.inner.add_unit(app))
+    }
+
+    fn units<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Vec<String>> {
+        self.timed("units", self.inner.units(app))
+    }
+
+    fn add_relation<'a>(
+        &'a self,
+        interface: &'a str,
+        endpoints: Vec<RelationEndpoint>,
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
+        self.timed(
+            "add_relation",
+            self.inner.add_relation(interface, endpoints),
+        )
+    }
+
+    fn deploy<'a>(&'a self, app: ApplicationRecord, units: u32) -> StoreFuture<'a, Deployed> {
+        self.timed("deploy", self.inner.deploy(app, units))
+    }
+
+    fn unit_details<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitDetails> {
+        self.timed("unit_details", self.inner.unit_details(unit))
+    }
+
+    fn resolve_unit<'a>(&'a self, unit: &'a str, retry: bool) -> StoreFuture<'a, Option<Hook>> {
+        self.timed("resolve_unit", self.inner.resolve_unit(unit, retry))
+    }
+
+    fn record_logs<'a>(&'a self, unit: &'a str, lines: Vec<LogRecord>) -> StoreFuture<'a, ()> {
+        self.timed("record_logs", self.inner.record_logs(unit, lines))
+    }
+
+    fn debug_log<'a>(
+        &'a self,
+        unit: Option<&'a str>,
+        lines: usize,
+    ) -> StoreFuture<'a, Vec<LogRecord>> {
+        self.timed("debug_log", self.inner.debug_log(unit, lines))
+    }
+
+    fn set_config<'a>(
+        &'a self,
+        app: &'a str,
+        set: BTreeMap<String, ConfigValue>,
+        reset: Vec<String>,
+    ) -> StoreFuture<'a, ConfigApplied> {
+        self.timed("set_config", self.inner.set_config(app, set, reset))
+    }
+
+    fn relate<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
+        self.timed("relate", self.inner.relate(a, b))
+    }
+
+    fn add_units<'a>(&'a self, app: &'a str, count: u32) -> StoreFuture<'a, Vec<String>> {
+        self.timed("add_units", self.inner.add_units(app, count))
+    }
+
+    fn remove_units<'a>(&'a self, units: Vec<String>) -> StoreFuture<'a, Vec<QueuedHook>> {
+        self.timed("remove_units", self.inner.remove_units(units))
+    }
+
+    fn remove_unit<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
+        self.timed("remove_unit", self.inner.remove_unit(unit))
+    }
+
+    fn remove_relation<'a>(
+        &'a self,
+        a: &'a str,
+        b: &'a str,
+    ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
+        self.timed("remove_relation", self.inner.remove_relation(a, b))
+    }
+
+    fn remove_application<'a>(&'a self, app: &'a str, force: bool) -> StoreFuture<'a, AppRemoval> {
+        self.timed(
+            "remove_application",
+            self.inner.remove_application(app, force),
+        )
+    }
+
+    fn enqueue<'a>(&'a self, hooks: Vec<(String, Hook)>) -> StoreFuture<'a, Vec<QueuedHook>> {
+        self.timed("enqueue", self.inner.enqueue(hooks))
+    }
+
+    fn queued<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
+        self.timed("queued", self.inner.queued(unit))
+    }
+
+    fn relations(&self) -> StoreFuture<'_, Vec<RelationRecord>> {
+        self.timed("relations", self.inner.relations())
+    }
+
+    fn snapshot<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, UnitSnapshot> {
+        self.timed("snapshot", self.inner.snapshot(unit))
+    }
+
+    fn set_hook_error<'a>(&'a self, unit: &'a str, error: Option<String>) -> StoreFuture<'a, ()> {
+        self.timed("set_hook_error", self.inner.set_hook_error(unit, error))
+    }
+
+    fn pod_spec<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Option<PodSpecRecord>> {
+        self.timed("pod_spec", self.inner.pod_spec(app))
+    }
+
+    fn status(&self) -> StoreFuture<'_, ModelStatus> {
+        self.timed("status", self.inner.status())
+    }
+}
