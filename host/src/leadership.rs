@@ -422,6 +422,32 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_measured_tracker_counts_its_renewals_and_shows_its_guarantee() {
+        let metrics = crate::metrics::HostMetrics::new();
+        let store = Arc::new(MemoryStore::new("test"));
+        let tracker =
+            LeadershipTracker::spawn_measured(store, "app", "app/0", config(), 1, &metrics);
+        leading(&tracker).await;
+        // Renewals every 2 s: at 2, 4 and 6 s; the last one left 10 s - 1 s of guarantee.
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        let text = metrics.encode();
+        for line in [
+            r#"charm_host_lease_held{application="app"} 1.0"#,
+            r#"charm_host_lease_term{application="app"} 1.0"#,
+            r#"charm_host_lease_guarantee_remaining_seconds{application="app"} 9.0"#,
+            r#"charm_host_lease_renewals_total{application="app"} 3"#,
+            r#"charm_host_lease_renewal_failures_total{application="app"} 0"#,
+            r#"charm_host_leadership_changes_total{application="app"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+        }
+        // A tracker that ended is no longer shown.
+        drop(tracker);
+        tokio::task::yield_now().await;
+        assert!(!metrics.encode().contains("charm_host_lease_held{"));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_leader_with_room_or_a_follower_does_not_wait() {
         let store: Arc<MemoryStore> = Arc::new(MemoryStore::new("test"));
         let leader = LeadershipTracker::spawn(store.clone(), "app", "app/0", config(), 1);

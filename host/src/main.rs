@@ -710,6 +710,8 @@ async fn print_pod_spec(store: &Arc<dyn Store>, app: &str, format: Format) -> Re
     Ok(())
 }
 
+// One argument per option of `run`, as the command line gives them.
+#[allow(clippy::too_many_arguments)]
 async fn run(
     bundle_args: BundleArgs,
     // With --until-idle: how long to wait for it.

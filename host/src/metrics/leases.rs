@@ -61,10 +61,18 @@ impl LeaseViews {
     }
 }
 
+/// A lease gauge: its name, help, unit, and its value in a row.
+type LeaseGauge = (
+    &'static str,
+    &'static str,
+    Option<Unit>,
+    fn(&LeaseRow) -> f64,
+);
+
 impl Collector for LeaseViews {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let rows = self.rows();
-        let gauges: [(&str, &str, Option<Unit>, fn(&LeaseRow) -> f64); 3] = [
+        let gauges: [LeaseGauge; 3] = [
             (
                 "charm_host_lease_held",
                 "1 while a unit on this host holds the application's lease",

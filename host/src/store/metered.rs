@@ -251,3 +251,64 @@ impl StateStore for MeteredStore {
         self.timed("status", self.inner.status())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::HostMetrics;
+    use crate::model::{Changes, CharmMetadata};
+    use crate::store::{Fence, MemoryStore};
+
+    #[tokio::test]
+    async fn requests_are_timed_and_failures_counted_by_operation() {
+        let metrics = HostMetrics::new();
+        let store = MeteredStore::new(Arc::new(MemoryStore::new("test")), metrics.store());
+        let app = ApplicationRecord {
+            name: "app".into(),
+            charm: "app.wasm".into(),
+            metadata: CharmMetadata {
+                name: "app".into(),
+                ..Default::default()
+            },
+            config: BTreeMap::new(),
+        };
+        store.add_application(app).await.unwrap();
+        let unit = store.add_unit("app").await.unwrap();
+        let Claim::Held(lease) = store
+            .claim("app", &unit, Duration::from_secs(60))
+            .await
+            .unwrap()
+        else {
+            panic!("the only unit is denied the lease");
+        };
+        let stale = Fence {
+            app: "app".into(),
+            holder: unit.clone(),
+            term: lease.term + 1,
+        };
+        let changes = Changes {
+            leader_data: BTreeMap::from([("k".into(), Some("v".into()))]),
+            ..Default::default()
+        };
+        let refused = store.commit(&unit, None, &changes, Some(&stale)).await;
+        assert!(
+            matches!(refused, Err(CommitError::Fenced { .. })),
+            "{refused:?}"
+        );
+        let missing = store.snapshot("app/9").await;
+        assert!(
+            matches!(missing, Err(StoreError::NotFound(_))),
+            "{missing:?}"
+        );
+        let text = metrics.encode();
+        for line in [
+            r#"charm_host_commits_fenced_total{application="app"} 1"#,
+            r#"charm_host_store_errors_total{operation="commit",kind="fenced"} 1"#,
+            r#"charm_host_store_errors_total{operation="snapshot",kind="not-found"} 1"#,
+            r#"charm_host_store_request_duration_seconds_count{operation="claim"} 1"#,
+            r#"charm_host_store_request_duration_seconds_count{operation="add_unit"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+        }
+    }
+}
