@@ -14,6 +14,8 @@
 //! `THROUGHPUT_SPLIT_ONLY=1` stops after that; `THROUGHPUT_STORE=memory` (or `sqlite`) runs
 //! one store only, for a profiler; `THROUGHPUT_UNITS=N` spreads the hooks over N units
 //! instead (a divisor of 100,000), to see how the number of units held changes the rate.
+//! Every run is followed by the same with the host's metrics on; `THROUGHPUT_ROUNDS=N`
+//! alternates the two N times and prints each one's median.
 //!
 //! `cargo bench -p charm-host --bench throughput`
 
@@ -38,6 +40,14 @@ fn units() -> usize {
         "THROUGHPUT_UNITS must divide {HOOKS}"
     );
     units
+}
+
+/// How many times each run is repeated: 1 unless `THROUGHPUT_ROUNDS` says.
+fn rounds() -> usize {
+    std::env::var("THROUGHPUT_ROUNDS")
+        .ok()
+        .map_or(1, |n| n.parse().expect("THROUGHPUT_ROUNDS: a number"))
+        .max(1)
 }
 
 /// Runs `HOOKS` hooks on `threads` threads; returns the wall-clock time they took. With
@@ -141,33 +151,41 @@ fn main() {
             continue;
         }
         // Each run without metrics is followed by the same run with the host's metrics on
-        // (the store measured, each hook counted and timed), to show what they cost.
+        // (the store measured, each hook counted and timed), to show what they cost;
+        // `THROUGHPUT_ROUNDS=N` alternates them N times and reports each one's median, so
+        // that a change in the machine's load affects both alike.
         for threads in [1, 2] {
-            for measured in [false, true] {
-                let dir = tempfile::tempdir().unwrap();
-                let store: Box<dyn Store> = match store_kind {
-                    "memory" => Box::new(MemoryStore::new("bench")),
-                    _ => {
-                        Box::new(SqliteStore::open(&dir.path().join("bench.db"), "bench").unwrap())
-                    }
-                };
-                let metrics = measured.then(HostMetrics::new);
-                let store = match &metrics {
-                    Some(metrics) => common::metered(store, metrics),
-                    None => store,
-                };
-                let units = rt.block_on(common::deploy(
-                    store.as_ref(),
-                    discourse.metadata(),
-                    units(),
-                ));
-                let took = run(
-                    store.as_ref(),
-                    &discourse,
-                    &units,
-                    threads,
-                    metrics.as_deref(),
-                );
+            let mut took: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+            for _ in 0..rounds() {
+                for (measured, took) in [false, true].into_iter().zip(&mut took) {
+                    let dir = tempfile::tempdir().unwrap();
+                    let store: Box<dyn Store> = match store_kind {
+                        "memory" => Box::new(MemoryStore::new("bench")),
+                        _ => Box::new(
+                            SqliteStore::open(&dir.path().join("bench.db"), "bench").unwrap(),
+                        ),
+                    };
+                    let metrics = measured.then(HostMetrics::new);
+                    let store = match &metrics {
+                        Some(metrics) => common::metered(store, metrics),
+                        None => store,
+                    };
+                    let units = rt.block_on(common::deploy(
+                        store.as_ref(),
+                        discourse.metadata(),
+                        units(),
+                    ));
+                    took.push(run(
+                        store.as_ref(),
+                        &discourse,
+                        &units,
+                        threads,
+                        metrics.as_deref(),
+                    ));
+                }
+            }
+            for (measured, took) in [false, true].into_iter().zip(&mut took) {
+                let (median, _) = common::percentiles(took);
                 let name = if measured {
                     format!("{store_kind}+metrics")
                 } else {
@@ -175,8 +193,8 @@ fn main() {
                 };
                 println!(
                     "{name:<16} {threads:>8} {:>10.2} {:>12.0}",
-                    took.as_secs_f64(),
-                    HOOKS as f64 / took.as_secs_f64()
+                    median.as_secs_f64(),
+                    HOOKS as f64 / median.as_secs_f64()
                 );
             }
         }

@@ -409,7 +409,7 @@ impl UnitAgent {
         // rather than run this hook as a follower's for want of a few hundred ms.
         let min_remaining = self.min_remaining();
         tracker.renewed(min_remaining).await;
-        let started = Instant::now();
+        let began = Instant::now();
         let snapshot = match self.store.snapshot(&self.unit).await {
             Ok(snapshot) => snapshot,
             Err(StoreError::NotFound(what)) if what == format!("unit {}", self.unit) => {
@@ -428,7 +428,7 @@ impl UnitAgent {
         if *hook == Hook::LeaderElected && pinned.is_none() {
             // Leadership was lost before the hook could run: it no longer applies.
             self.finish(
-                started,
+                began,
                 HookRecord {
                     unit: self.unit.clone(),
                     hook: hook.name(),
@@ -449,6 +449,7 @@ impl UnitAgent {
             }
             None => (None, None),
         };
+        let started = Instant::now();
         let mut run = self
             .executor
             .execute(snapshot, fence.clone(), guarantee.clone(), hook.clone())
@@ -533,7 +534,7 @@ impl UnitAgent {
                 } else {
                     Ran::AsFollower
                 };
-                self.finish(started, record);
+                self.finish(began, record);
                 self.shared.notify(committed.queued);
                 Ok(ran)
             }
@@ -543,7 +544,7 @@ impl UnitAgent {
                     Failure::Gone => (HookResultKind::StoreUnavailable, "unit removed".into()),
                     Failure::Transient(kind, m) => (*kind, m.clone()),
                 };
-                self.finish(started, record);
+                self.finish(began, record);
                 Err(failure)
             }
         }
@@ -578,11 +579,11 @@ impl UnitAgent {
         }
     }
 
-    /// Records a hook attempt that began at `started`: in the metrics, and with the
-    /// controller's observer and history.
-    fn finish(&mut self, started: Instant, record: HookRecord) {
+    /// Records a hook attempt that began (read its snapshot) at `began`: in the metrics,
+    /// and with the controller's observer and history.
+    fn finish(&mut self, began: Instant, record: HookRecord) {
         if let Some(metrics) = &mut self.metrics {
-            metrics.hook_ended(&record.hook, record.result.as_str(), started.elapsed());
+            metrics.hook_ended(&record.hook, record.result.as_str(), began.elapsed());
         }
         self.shared.record(record);
     }

@@ -369,17 +369,18 @@ pub struct StoreMetrics {
 }
 
 impl StoreMetrics {
-    /// Counts one request of `operation` that took `took`, failed with `error` (its kind) if
-    /// it did.
-    pub fn request(&self, operation: &'static str, took: Duration, error: Option<&'static str>) {
+    /// The histogram of `operation`'s durations, to keep and observe.
+    pub fn duration_of(&self, operation: &'static str) -> Histogram {
         self.durations
             .get_or_create(&OperationLabel { operation })
-            .observe(took.as_secs_f64());
-        if let Some(kind) = error {
-            self.errors
-                .get_or_create(&StoreErrorLabels { operation, kind })
-                .inc();
-        }
+            .clone()
+    }
+
+    /// Counts a request of `operation` that failed with an error of `kind`.
+    pub fn failed(&self, operation: &'static str, kind: &'static str) {
+        self.errors
+            .get_or_create(&StoreErrorLabels { operation, kind })
+            .inc();
     }
 
     /// Counts a commit of `application`'s leader refused by the fence.

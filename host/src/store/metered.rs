@@ -2,7 +2,7 @@
 //! kind of failure, by operation; and the commits the fence refused, by application. One
 //! place for every backend, so the figures mean the same on memory, SQLite and etcd.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,17 +19,62 @@ use crate::model::{
     ApplicationRecord, ConfigValue, Hook, LogRecord, PodSpecRecord, QueuedHook, RelationEndpoint,
     RelationRecord, UnitSnapshot,
 };
+use prometheus_client::metrics::histogram::Histogram;
+
+/// Every operation the decorator measures, as its `operation` label.
+const OPERATIONS: &[&str] = &[
+    "claim",
+    "release",
+    "leader",
+    "commit",
+    "add_application",
+    "application",
+    "applications",
+    "add_unit",
+    "units",
+    "add_relation",
+    "deploy",
+    "unit_details",
+    "resolve_unit",
+    "record_logs",
+    "debug_log",
+    "set_config",
+    "relate",
+    "add_units",
+    "remove_units",
+    "remove_unit",
+    "remove_relation",
+    "remove_application",
+    "enqueue",
+    "queued",
+    "relations",
+    "snapshot",
+    "set_hook_error",
+    "pod_spec",
+    "status",
+];
 
 /// A store whose requests are measured in [`StoreMetrics`]; otherwise the store it wraps.
 pub struct MeteredStore {
     inner: Arc<dyn Store>,
     metrics: StoreMetrics,
+    /// Each operation's histogram, resolved once: agents on several threads then share no
+    /// lock of the metric family on every request, only the histogram's own.
+    durations: HashMap<&'static str, Histogram>,
 }
 
 impl MeteredStore {
     /// Measures `inner`'s requests in `metrics`.
     pub fn new(inner: Arc<dyn Store>, metrics: StoreMetrics) -> Self {
-        MeteredStore { inner, metrics }
+        let durations = OPERATIONS
+            .iter()
+            .map(|op| (*op, metrics.duration_of(op)))
+            .collect();
+        MeteredStore {
+            inner,
+            metrics,
+            durations,
+        }
     }
 
     /// Runs `request`, then counts it as `operation`.
@@ -47,8 +92,16 @@ impl MeteredStore {
     }
 
     fn record<E: FailureKind>(&self, operation: &'static str, took: Duration, error: Option<&E>) {
-        self.metrics
-            .request(operation, took, error.map(FailureKind::kind));
+        match self.durations.get(operation) {
+            Some(histogram) => histogram.observe(took.as_secs_f64()),
+            None => self
+                .metrics
+                .duration_of(operation)
+                .observe(took.as_secs_f64()),
+        }
+        if let Some(error) = error {
+            self.metrics.failed(operation, error.kind());
+        }
     }
 }
 
@@ -309,6 +362,22 @@ mod tests {
             r#"charm_host_store_request_duration_seconds_count{operation="add_unit"} 1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn every_operation_is_resolved() {
+        let source = include_str!("state.rs").to_string() + include_str!("lease.rs");
+        let metered = include_str!("metered.rs");
+        for op in OPERATIONS {
+            assert!(
+                source.contains(&format!("fn {op}")),
+                "{op} is no store operation"
+            );
+        }
+        for timed in metered.split("self.timed(\"").skip(1) {
+            let op = timed.split('"').next().unwrap();
+            assert!(OPERATIONS.contains(&op), "{op} is not in OPERATIONS");
         }
     }
 }
