@@ -20,10 +20,12 @@ charms: wasm-target
 wasm-target:
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 
-# The etcd backend builds its gRPC client with protoc; its tests run Debian's etcd.
+# The etcd backend builds its gRPC client with protoc; its tests run Debian's etcd. The
+# metrics tests run Debian's prometheus and promtool.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 etcd-deps:
-	@if ! command -v etcd >/dev/null || ! command -v protoc >/dev/null; then \
-		echo "installing etcd-server and protobuf-compiler for the etcd store's tests"; \
-		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq etcd-server protobuf-compiler; \
+	@if ! command -v etcd >/dev/null || ! command -v protoc >/dev/null \
+		|| ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
+		echo "installing etcd-server, protobuf-compiler and prometheus for the tests"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq etcd-server protobuf-compiler prometheus; \
 	fi

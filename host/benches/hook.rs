@@ -50,6 +50,7 @@ use charm_host::bindings::types::{ActionEvent, Context, Event};
 use charm_host::bindings::{Charm as CharmBindings, CharmPre};
 use charm_host::charm::{Charm, CharmRuntime, HookOutcome, HookRun, LoadedFrom};
 use charm_host::context::HookContext;
+use charm_host::metrics::HostMetrics;
 use charm_host::model::UnitSnapshot;
 use charm_host::store::{MemoryStore, SqliteStore, Store};
 use common::{Unit, micros, percentiles};
@@ -261,6 +262,14 @@ impl BGuests {
     }
 }
 
+/// `deployed` with its store's requests measured in `metrics`.
+fn metered(deployed: Deployed, metrics: &HostMetrics) -> Deployed {
+    Deployed {
+        store: common::metered(deployed.store, metrics),
+        ..deployed
+    }
+}
+
 /// A store with one discourse unit ready for `db-relation-changed`.
 struct Deployed {
     store: Box<dyn Store>,
@@ -340,6 +349,12 @@ fn main() {
     let floor_discourse = Floor::new(&runtime, &guests.discourse);
     let memory = deployed(&rt, &discourse, false);
     let sqlite = deployed(&rt, &discourse, true);
+    // The same hooks with the host's metrics on: the store measured, the hook counted.
+    let metrics = HostMetrics::new();
+    let memory_m = metered(deployed(&rt, &discourse, false), &metrics);
+    let sqlite_m = metered(deployed(&rt, &discourse, true), &metrics);
+    let mut memory_unit_m = metrics.unit("discourse");
+    let mut sqlite_unit_m = metrics.unit("discourse");
     let snapshot = rt
         .block_on(memory.store.snapshot(&memory.unit.name))
         .unwrap();
@@ -449,9 +464,25 @@ fn main() {
             }),
         ),
         (
+            "full_hook/memory+metrics",
+            Box::new(|| {
+                let unit = &memory_m.unit;
+                let m = &mut memory_unit_m;
+                common::measured_full_hook(&rt, memory_m.store.as_ref(), &discourse, unit, m);
+            }),
+        ),
+        (
             "full_hook/sqlite",
             Box::new(|| {
                 common::full_hook(&rt, sqlite.store.as_ref(), &discourse, &sqlite.unit);
+            }),
+        ),
+        (
+            "full_hook/sqlite+metrics",
+            Box::new(|| {
+                let unit = &sqlite_m.unit;
+                let m = &mut sqlite_unit_m;
+                common::measured_full_hook(&rt, sqlite_m.store.as_ref(), &discourse, unit, m);
             }),
         ),
         (

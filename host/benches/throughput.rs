@@ -14,6 +14,8 @@
 //! `THROUGHPUT_SPLIT_ONLY=1` stops after that; `THROUGHPUT_STORE=memory` (or `sqlite`) runs
 //! one store only, for a profiler; `THROUGHPUT_UNITS=N` spreads the hooks over N units
 //! instead (a divisor of 100,000), to see how the number of units held changes the rate.
+//! Every run is followed by the same with the host's metrics on; `THROUGHPUT_ROUNDS=N`
+//! alternates the two N times and prints each one's median.
 //!
 //! `cargo bench -p charm-host --bench throughput`
 
@@ -23,6 +25,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use charm_host::charm::Charm;
+use charm_host::metrics::HostMetrics;
 use charm_host::store::{MemoryStore, SqliteStore, Store};
 
 const HOOKS: usize = 100_000;
@@ -39,8 +42,23 @@ fn units() -> usize {
     units
 }
 
-/// Runs `HOOKS` hooks on `threads` threads; returns the wall-clock time they took.
-fn run(store: &dyn Store, charm: &Charm, units: &[common::Unit], threads: usize) -> Duration {
+/// How many times each run is repeated: 1 unless `THROUGHPUT_ROUNDS` says.
+fn rounds() -> usize {
+    std::env::var("THROUGHPUT_ROUNDS")
+        .ok()
+        .map_or(1, |n| n.parse().expect("THROUGHPUT_ROUNDS: a number"))
+        .max(1)
+}
+
+/// Runs `HOOKS` hooks on `threads` threads; returns the wall-clock time they took. With
+/// `metrics`, each hook is also counted and timed there, as agents do.
+fn run(
+    store: &dyn Store,
+    charm: &Charm,
+    units: &[common::Unit],
+    threads: usize,
+    metrics: Option<&HostMetrics>,
+) -> Duration {
     let start = Barrier::new(threads + 1);
     std::thread::scope(|scope| {
         for t in 0..threads {
@@ -50,10 +68,18 @@ fn run(store: &dyn Store, charm: &Charm, units: &[common::Unit], threads: usize)
                     .build()
                     .unwrap();
                 let mine: Vec<&common::Unit> = units.iter().skip(t).step_by(threads).collect();
+                // Each agent resolves its handles once, when it starts.
+                let mut measured: Vec<_> = mine
+                    .iter()
+                    .map(|u| metrics.map(|m| m.unit(&u.fence.app)))
+                    .collect();
                 start.wait();
                 for _ in 0..HOOKS / units.len() {
-                    for unit in &mine {
-                        assert!(common::full_hook(&rt, store, charm, unit));
+                    for (unit, metrics) in mine.iter().zip(&mut measured) {
+                        assert!(match metrics {
+                            Some(m) => common::measured_full_hook(&rt, store, charm, unit, m),
+                            None => common::full_hook(&rt, store, charm, unit),
+                        });
                     }
                 }
             });
@@ -110,7 +136,7 @@ fn main() {
         return;
     }
     println!(
-        "{:<8} {:>8} {:>10} {:>12}",
+        "{:<16} {:>8} {:>10} {:>12}",
         "store", "threads", "seconds", "hooks/s"
     );
     let only = std::env::var("THROUGHPUT_STORE").ok();
@@ -124,23 +150,53 @@ fn main() {
         if only.as_deref().is_some_and(|only| only != store_kind) {
             continue;
         }
+        // Each run without metrics is followed by the same run with the host's metrics on
+        // (the store measured, each hook counted and timed), to show what they cost;
+        // `THROUGHPUT_ROUNDS=N` alternates them N times and reports each one's median, so
+        // that a change in the machine's load affects both alike.
         for threads in [1, 2] {
-            let dir = tempfile::tempdir().unwrap();
-            let store: Box<dyn Store> = match store_kind {
-                "memory" => Box::new(MemoryStore::new("bench")),
-                _ => Box::new(SqliteStore::open(&dir.path().join("bench.db"), "bench").unwrap()),
-            };
-            let units = rt.block_on(common::deploy(
-                store.as_ref(),
-                discourse.metadata(),
-                units(),
-            ));
-            let took = run(store.as_ref(), &discourse, &units, threads);
-            println!(
-                "{store_kind:<8} {threads:>8} {:>10.2} {:>12.0}",
-                took.as_secs_f64(),
-                HOOKS as f64 / took.as_secs_f64()
-            );
+            let mut took: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+            for _ in 0..rounds() {
+                for (measured, took) in [false, true].into_iter().zip(&mut took) {
+                    let dir = tempfile::tempdir().unwrap();
+                    let store: Box<dyn Store> = match store_kind {
+                        "memory" => Box::new(MemoryStore::new("bench")),
+                        _ => Box::new(
+                            SqliteStore::open(&dir.path().join("bench.db"), "bench").unwrap(),
+                        ),
+                    };
+                    let metrics = measured.then(HostMetrics::new);
+                    let store = match &metrics {
+                        Some(metrics) => common::metered(store, metrics),
+                        None => store,
+                    };
+                    let units = rt.block_on(common::deploy(
+                        store.as_ref(),
+                        discourse.metadata(),
+                        units(),
+                    ));
+                    took.push(run(
+                        store.as_ref(),
+                        &discourse,
+                        &units,
+                        threads,
+                        metrics.as_deref(),
+                    ));
+                }
+            }
+            for (measured, took) in [false, true].into_iter().zip(&mut took) {
+                let (median, _) = common::percentiles(took);
+                let name = if measured {
+                    format!("{store_kind}+metrics")
+                } else {
+                    store_kind.to_string()
+                };
+                println!(
+                    "{name:<16} {threads:>8} {:>10.2} {:>12.0}",
+                    median.as_secs_f64(),
+                    HOOKS as f64 / median.as_secs_f64()
+                );
+            }
         }
     }
 }

@@ -8,12 +8,14 @@ use std::time::Duration;
 use charm_model::leadership::hook_may_continue;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep, timeout};
+use tracing::Instrument;
 
 use crate::bindings::types as wit;
 use crate::charm::{Charm, GuaranteeWatch, HookOutcome, HookRun};
 use crate::context::Interruption;
 use crate::controller::Shared;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
+use crate::metrics::UnitMetrics;
 use crate::model::{Hook, LogRecord, RelationHook, UnitSnapshot};
 use crate::store::{BoxFuture, CommitError, Committed, Fence, QueuedHook, Store, StoreError};
 
@@ -40,10 +42,14 @@ impl HookExecutor for Charm {
         hook: Hook,
     ) -> BoxFuture<'static, HookRun> {
         let charm = self.clone();
+        // The hook's span (unit, hook, term) goes along, so that what the charm logs says
+        // which hook it came from.
+        let span = tracing::Span::current();
         Box::pin(async move {
             let event = to_event(&hook);
             // wasmtime runs synchronously (and WASI blocks on tokio): keep it off the runtime.
             match tokio::task::spawn_blocking(move || {
+                let _in_hook = span.enter();
                 charm.run_hook(snapshot, fence, guarantee, &event)
             })
             .await
@@ -128,6 +134,20 @@ pub enum HookResultKind {
     StoreUnavailable,
 }
 
+impl HookResultKind {
+    /// Its name, as in the history and the `result` label of the hook metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookResultKind::Committed => "committed",
+            HookResultKind::Skipped => "skipped",
+            HookResultKind::CharmFailed => "charm-failed",
+            HookResultKind::Interrupted => "interrupted",
+            HookResultKind::Fenced => "fenced",
+            HookResultKind::StoreUnavailable => "store-unavailable",
+        }
+    }
+}
+
 /// How a hook attempt that did not fail ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ran {
@@ -165,6 +185,8 @@ pub(crate) struct UnitAgent {
     pub(crate) elected_term: Option<u64>,
     /// How often an idle agent looks in the store for hooks other hosts queued.
     pub(crate) poll: Option<Duration>,
+    /// This unit's hooks and queue, when the host keeps metrics.
+    pub(crate) metrics: Option<UnitMetrics>,
 }
 
 /// A hook in the agent's queue: one the store queued (`seq`), or one the agent generated
@@ -224,6 +246,7 @@ impl UnitAgent {
             while let Ok(hook) = self.inbox.try_recv() {
                 self.accept(hook);
             }
+            self.report_queue();
             let current = leadership.borrow_and_update().clone();
             match current {
                 // After install (Juju's order), once per term and again when owed: the store
@@ -280,7 +303,13 @@ impl UnitAgent {
                 }
                 continue;
             };
-            match self.attempt(seq, &hook, &tracker).await {
+            let span = tracing::info_span!(
+                "hook",
+                unit = %self.unit,
+                hook = %hook.name(),
+                term = tracing::field::Empty
+            );
+            match self.attempt(seq, &hook, &tracker).instrument(span).await {
                 Ok(_) if hook == Hook::Remove => {
                     tracing::info!(unit = %self.unit, "removed");
                     self.shared.forget(&self.unit);
@@ -355,6 +384,7 @@ impl UnitAgent {
     async fn halt(&mut self) -> bool {
         self.shared.pending.done(self.queue.len());
         self.queue.clear();
+        self.report_queue();
         let every = self.poll.unwrap_or(RESOLVED_POLL).min(RESOLVED_POLL);
         loop {
             tokio::select! {
@@ -385,6 +415,7 @@ impl UnitAgent {
         // rather than run this hook as a follower's for want of a few hundred ms.
         let min_remaining = self.min_remaining();
         tracker.renewed(min_remaining).await;
+        let began = Instant::now();
         let snapshot = match self.store.snapshot(&self.unit).await {
             Ok(snapshot) => snapshot,
             Err(StoreError::NotFound(what)) if what == format!("unit {}", self.unit) => {
@@ -402,20 +433,26 @@ impl UnitAgent {
         let pinned = tracker.pin(min_remaining);
         if *hook == Hook::LeaderElected && pinned.is_none() {
             // Leadership was lost before the hook could run: it no longer applies.
-            self.shared.record(HookRecord {
-                unit: self.unit.clone(),
-                hook: hook.name(),
-                leader: false,
-                term: None,
-                result: HookResultKind::Skipped,
-                outcome: "skipped: no longer leader".into(),
-                pod_spec_revision: None,
-                refused_not_leader: false,
-            });
+            self.finish(
+                began,
+                HookRecord {
+                    unit: self.unit.clone(),
+                    hook: hook.name(),
+                    leader: false,
+                    term: None,
+                    result: HookResultKind::Skipped,
+                    outcome: "skipped: no longer leader".into(),
+                    pod_spec_revision: None,
+                    refused_not_leader: false,
+                },
+            );
             return Ok(Ran::Skipped);
         }
         let (fence, guarantee) = match pinned {
-            Some((fence, guarantee)) => (Some(fence), Some(guarantee)),
+            Some((fence, guarantee)) => {
+                tracing::Span::current().record("term", fence.term);
+                (Some(fence), Some(guarantee))
+            }
             None => (None, None),
         };
         let mut run = self
@@ -506,7 +543,7 @@ impl UnitAgent {
                 } else {
                     Ran::AsFollower
                 };
-                self.shared.record(record);
+                self.finish(began, record);
                 self.shared.notify(committed.queued);
                 Ok(ran)
             }
@@ -516,7 +553,7 @@ impl UnitAgent {
                     Failure::Gone => (HookResultKind::StoreUnavailable, "unit removed".into()),
                     Failure::Transient(kind, m) => (*kind, m.clone()),
                 };
-                self.shared.record(record);
+                self.finish(began, record);
                 Err(failure)
             }
         }
@@ -548,6 +585,22 @@ impl UnitAgent {
             .collect();
         if let Err(e) = self.store.record_logs(&self.unit, lines).await {
             tracing::debug!(unit = %self.unit, "charm log lines not kept: {e}");
+        }
+    }
+
+    /// Records a hook attempt that began (read its snapshot) at `began`: in the metrics,
+    /// and with the controller's observer and history.
+    fn finish(&mut self, began: Instant, record: HookRecord) {
+        if let Some(metrics) = &mut self.metrics {
+            metrics.hook_ended(&record.hook, record.result.as_str(), began.elapsed());
+        }
+        self.shared.record(record);
+    }
+
+    /// Tells the metrics this unit's queue length (hooks queued or running).
+    fn report_queue(&mut self) {
+        if let Some(metrics) = &mut self.metrics {
+            metrics.queue_len(self.queue.len());
         }
     }
 

@@ -12,6 +12,7 @@ use charm_model::endpoints::{self, Side};
 use crate::agent::{HookExecutor, HookRecord, RetryPolicy, UnitAgent};
 use crate::charm::Charm;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
+use crate::metrics::HostMetrics;
 use crate::model::{
     ApplicationRecord, CharmMetadata, ConfigValue, Hook, RelationEndpoint, RelationRecord,
     RelationRole, app_of,
@@ -48,6 +49,9 @@ pub struct ControllerConfig {
     /// How often idle agents look in the store for hooks queued by other hosts; `None`
     /// when this controller is the store's only host.
     pub poll_interval: Option<Duration>,
+    /// Where agents and leadership trackers count their hooks, queues and leases; `None`
+    /// keeps no metrics.
+    pub metrics: Option<Arc<HostMetrics>>,
 }
 
 /// Whether `text` matches `pattern`, where `*` stands for any run of characters and `?`
@@ -438,13 +442,23 @@ impl Controller {
         self.shared.pending.add(queue.len());
         let lease_store: Arc<dyn crate::store::LeaseStore> = self.shared.store.clone();
         let seed = self.seed ^ fnv1a(unit);
-        let tracker = LeadershipTracker::spawn(
-            lease_store,
-            app_of(unit),
-            unit,
-            self.config.leadership.clone(),
-            seed,
-        );
+        let tracker = match &self.config.metrics {
+            Some(metrics) => LeadershipTracker::spawn_measured(
+                lease_store,
+                app_of(unit),
+                unit,
+                self.config.leadership.clone(),
+                seed,
+                metrics,
+            ),
+            None => LeadershipTracker::spawn(
+                lease_store,
+                app_of(unit),
+                unit,
+                self.config.leadership.clone(),
+                seed,
+            ),
+        };
         self.leadership
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -460,6 +474,7 @@ impl Controller {
             leadership: self.config.leadership.clone(),
             elected_term,
             poll: self.config.poll_interval,
+            metrics: self.config.metrics.as_ref().map(|m| m.unit(app_of(unit))),
         };
         let task = tokio::spawn(agent.run(tracker));
         self.trackers

@@ -47,6 +47,7 @@ use charm_model::leadership::{
 };
 
 use crate::charm::GuaranteeWatch;
+use crate::metrics::{HostMetrics, LeaseMetrics};
 use crate::store::{Claim, Fence, LeaseError, LeaseStore};
 
 /// The lease timings. See the module documentation for how they relate.
@@ -152,8 +153,33 @@ impl LeadershipTracker {
         config: LeadershipConfig,
         seed: u64,
     ) -> Self {
+        Self::start(store, app, unit, config, seed, None)
+    }
+
+    /// [`spawn`](Self::spawn), counting renewals and leadership changes in `metrics`, which
+    /// also reads this tracker's view at each scrape.
+    pub fn spawn_measured(
+        store: Arc<dyn LeaseStore>,
+        app: &str,
+        unit: &str,
+        config: LeadershipConfig,
+        seed: u64,
+        metrics: &HostMetrics,
+    ) -> Self {
+        Self::start(store, app, unit, config, seed, Some(metrics))
+    }
+
+    fn start(
+        store: Arc<dyn LeaseStore>,
+        app: &str,
+        unit: &str,
+        config: LeadershipConfig,
+        seed: u64,
+        metrics: Option<&HostMetrics>,
+    ) -> Self {
         let (tx, rx) = watch::channel(Leadership::Unknown);
         let rng = StdRng::seed_from_u64(seed);
+        let metrics = metrics.map(|m| m.lease(app, rx.clone()));
         let task = tokio::spawn(renew_loop(
             store,
             app.to_string(),
@@ -161,6 +187,7 @@ impl LeadershipTracker {
             config,
             tx,
             rng,
+            metrics,
         ));
         LeadershipTracker {
             app: app.to_string(),
@@ -267,6 +294,7 @@ async fn renew_loop(
     config: LeadershipConfig,
     tx: watch::Sender<Leadership>,
     mut rng: StdRng,
+    metrics: Option<LeaseMetrics>,
 ) {
     let mut failures = 0u32;
     loop {
@@ -293,6 +321,13 @@ async fn renew_loop(
                 if !was_leader {
                     tracing::info!(%unit, term = lease.term, "became leader of {app}");
                 }
+                if let Some(m) = &metrics {
+                    if was_leader {
+                        m.renewed();
+                    } else {
+                        m.leadership_changed();
+                    }
+                }
                 let guarantee = lease.duration.saturating_sub(config.drift_margin);
                 let held = ClaimAnswer::Held { term: lease.term };
                 (held, guarantee, sent_at + config.renew_interval)
@@ -301,6 +336,10 @@ async fn renew_loop(
                 failures = 0;
                 if matches!(*tx.borrow(), Leadership::Leader { .. }) {
                     tracing::warn!(%unit, "deposed: {holder} holds the lease of {app}");
+                    if let Some(m) = &metrics {
+                        m.renewal_failed();
+                        m.leadership_changed();
+                    }
                 }
                 let next = now + config.retry_period.mul_f64(rng.random_range(0.75..=1.0));
                 (ClaimAnswer::Denied { holder }, Duration::ZERO, next)
@@ -309,6 +348,11 @@ async fn renew_loop(
                 failures += 1;
                 // Not an answer: leadership stays as it is until its guarantee ends.
                 tracing::debug!(%unit, failures, "lease store unavailable: {why}");
+                if let Some(m) = &metrics
+                    && matches!(*tx.borrow(), Leadership::Leader { .. })
+                {
+                    m.renewal_failed();
+                }
                 let next = now + backoff(&config, failures, &mut rng);
                 (ClaimAnswer::Unavailable, Duration::ZERO, next)
             }
@@ -326,13 +370,16 @@ async fn renew_loop(
             Some(end) if end <= next => {
                 sleep_until(end).await;
                 tracing::warn!(%unit, "leadership guarantee of {app} ended with no renewal");
-                tx.send_if_modified(|l| match after_guarantee_end(l, Instant::now()) {
+                let ended = tx.send_if_modified(|l| match after_guarantee_end(l, Instant::now()) {
                     Some(ended) => {
                         *l = ended;
                         true
                     }
                     None => false,
                 });
+                if ended && let Some(m) = &metrics {
+                    m.leadership_changed();
+                }
                 sleep_until(next).await;
             }
             _ => sleep_until(next).await,
@@ -372,6 +419,32 @@ mod tests {
         // The renewal at 2 s gave a fresh 10 s: the wait ended there, not at the deadline.
         assert_eq!(before.elapsed(), Duration::from_millis(500));
         assert!(tracker.pin(wanted).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_measured_tracker_counts_its_renewals_and_shows_its_guarantee() {
+        let metrics = crate::metrics::HostMetrics::new();
+        let store = Arc::new(MemoryStore::new("test"));
+        let tracker =
+            LeadershipTracker::spawn_measured(store, "app", "app/0", config(), 1, &metrics);
+        leading(&tracker).await;
+        // Renewals every 2 s: at 2, 4 and 6 s; the last one left 10 s - 1 s of guarantee.
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        let text = metrics.encode();
+        for line in [
+            r#"charm_host_lease_held{application="app"} 1.0"#,
+            r#"charm_host_lease_term{application="app"} 1.0"#,
+            r#"charm_host_lease_guarantee_remaining_seconds{application="app"} 9.0"#,
+            r#"charm_host_lease_renewals_total{application="app"} 3"#,
+            r#"charm_host_lease_renewal_failures_total{application="app"} 0"#,
+            r#"charm_host_leadership_changes_total{application="app"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+        }
+        // A tracker that ended is no longer shown.
+        drop(tracker);
+        tokio::task::yield_now().await;
+        assert!(!metrics.encode().contains("charm_host_lease_held{"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -24,6 +24,7 @@ pub mod controller;
 
 mod imports;
 pub mod leadership;
+pub mod metrics;
 pub mod model;
 mod output;
 pub mod podspec;

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,9 +15,10 @@ use charm_host::bundle::{Bundle, BundleError, CHARM_DIR_ENV, DEFAULT_CHARM_DIR, 
 use charm_host::charm::{CharmRuntime, RuntimeConfig};
 use charm_host::controller::{Controller, ControllerConfig, ControllerError};
 use charm_host::leadership::LeadershipConfig;
+use charm_host::metrics::HostMetrics;
 use charm_host::model::CharmMetadata;
 use charm_host::store::faults::{FaultPlan, FaultyStore, WriteHistory};
-use charm_host::store::{MemoryStore, ModelStatus, SqliteStore, Store, StoreError};
+use charm_host::store::{MemoryStore, MeteredStore, ModelStatus, SqliteStore, Store, StoreError};
 
 /// Writes to stdout; a reader that went away (`| head`) ends the program quietly.
 macro_rules! out {
@@ -48,8 +50,20 @@ struct Cli {
     /// More logging (-v: info, -vv: debug). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// How log lines are written to stderr: text, or one JSON object per line (a hook's
+    /// lines, the charm's own included, carry its unit, hook and term under `span`).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum LogFormat {
+    /// For people.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -237,6 +251,10 @@ enum Command {
         /// memory").
         #[arg(long, default_value_t = RuntimeConfig::default().memory_limit >> 20)]
         hook_memory: usize,
+        /// Serve /metrics (Prometheus), /healthz and /readyz on this address: `HOST:PORT`,
+        /// or `PORT` alone for 127.0.0.1. Off by default.
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<String>,
     },
 }
 
@@ -275,14 +293,23 @@ fn main() -> Result<()> {
         1 => "info",
         _ => "debug",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default.into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
+    match cli.log_format {
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init(),
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init(),
+    }
     match cli.command {
         Command::Inspect { charm, format } => inspect(&charm, format),
         Command::Check { bundle, format } => check(&bundle, format),
@@ -342,6 +369,7 @@ fn main() -> Result<()> {
             write_history,
             hook_timeout,
             hook_memory,
+            metrics_addr,
         } => {
             let leadership = LeadershipConfig {
                 lease_duration: seconds("lease-duration", lease_duration)?,
@@ -367,6 +395,7 @@ fn main() -> Result<()> {
                         update_status_interval,
                     )?,
                     write_history,
+                    metrics_addr: metrics_addr.as_deref().map(metrics_addr_of).transpose()?,
                     runtime_config: RuntimeConfig {
                         hook_timeout: hook_timeout_arg(hook_timeout)?,
                         memory_limit: hook_memory_arg(hook_memory)?,
@@ -737,6 +766,7 @@ struct RunOptions {
     leadership: LeadershipConfig,
     update_status_interval: Duration,
     write_history: Option<PathBuf>,
+    metrics_addr: Option<SocketAddr>,
     /// The hooks' sandbox: --hook-timeout and --hook-memory.
     runtime_config: RuntimeConfig,
 }
@@ -750,6 +780,7 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
         leadership,
         update_status_interval,
         write_history,
+        metrics_addr,
         runtime_config,
     } = options;
     let store = store.as_str();
@@ -760,10 +791,26 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
         .then(|| Duration::from_millis(500));
     let margin = runtime_config.guarantee_margin;
     let runtime = CharmRuntime::new(runtime_config).map_err(anyhow::Error::from)?;
+    // Served from the start: /healthz while the store is waited for, /readyz says why not.
+    let observed = match metrics_addr {
+        Some(addr) => Some(serve_metrics(addr, leadership.request_timeout).await?),
+        None => None,
+    };
+    let metrics = observed.as_ref().map(|(metrics, _)| metrics.clone());
     // Everything is checked before anything is deployed.
     let bundle = bundle_args.load(&runtime)?;
     for warning in &bundle.warnings {
         tracing::warn!("{warning}");
+    }
+    if let Some(metrics) = &metrics {
+        let loaded: BTreeMap<_, _> = bundle
+            .applications
+            .iter()
+            .map(|a| (&a.charm_path, a.charm.loaded_from()))
+            .collect();
+        loaded
+            .into_values()
+            .for_each(|from| metrics.charm_loaded(from));
     }
     // A store that cannot be reached yet (etcd restarting, say) is waited for: the host
     // comes up with it rather than exit. With --until-idle, for --timeout at most.
@@ -786,10 +833,15 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
         }
         None => store,
     };
+    let store: Arc<dyn Store> = match &metrics {
+        Some(metrics) => Arc::new(MeteredStore::new(store, metrics.store())),
+        None => store,
+    };
     let config = ControllerConfig {
         leadership,
         hosted_units: (!units.is_empty()).then_some(units),
         poll_interval,
+        metrics: metrics.clone(),
         ..Default::default()
     };
     let controller = Arc::new(Controller::new(store.clone(), margin, config)?);
@@ -801,7 +853,11 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
         controller.clone(),
         runtime.clone(),
         update_status_interval,
+        metrics,
     ));
+    if let Some((_, readiness)) = &observed {
+        readiness.running(store.clone(), watching.abort_handle());
+    }
     let progress = std::io::stderr().is_terminal();
     if let Some(timeout) = until_idle {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -844,12 +900,22 @@ const MODEL_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// (`add-unit`, `deploy`) get agents here if this host runs them; removed units' agents
 /// stop. An application this host has no charm for is loaded from its record's module path.
 /// Every `update_status`, update-status is queued on the units this host runs.
-async fn watch_model(controller: Arc<Controller>, runtime: CharmRuntime, update_status: Duration) {
+async fn watch_model(
+    controller: Arc<Controller>,
+    runtime: CharmRuntime,
+    update_status: Duration,
+    metrics: Option<Arc<HostMetrics>>,
+) {
     let mut status_due = tokio::time::Instant::now() + update_status;
     let unloadable = std::sync::Mutex::new(std::collections::BTreeSet::new());
     let load = move |app: &charm_host::model::ApplicationRecord| {
         match runtime.load_file(std::path::Path::new(&app.charm)) {
-            Ok(charm) => Some(Arc::new(charm) as Arc<dyn charm_host::agent::HookExecutor>),
+            Ok(charm) => {
+                if let Some(metrics) = &metrics {
+                    metrics.charm_loaded(charm.loaded_from());
+                }
+                Some(Arc::new(charm) as Arc<dyn charm_host::agent::HookExecutor>)
+            }
             Err(e) => {
                 // Said once per application, not every second.
                 if unloadable
@@ -877,6 +943,79 @@ async fn watch_model(controller: Arc<Controller>, runtime: CharmRuntime, update_
             let fired = controller.update_status().await;
             tracing::debug!(?fired, "update-status queued");
         }
+    }
+}
+
+/// `--metrics-addr`'s address: `HOST:PORT`, or a port alone (`9464`, `:9464`) for loopback.
+fn metrics_addr_of(text: &str) -> Result<SocketAddr> {
+    let port = text.strip_prefix(':').unwrap_or(text);
+    if let Ok(port) = port.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    use std::net::ToSocketAddrs as _;
+    text.to_socket_addrs()
+        .with_context(|| {
+            format!("--metrics-addr {text}: not HOST:PORT or PORT (such as 127.0.0.1:9464)")
+        })?
+        .next()
+        .with_context(|| format!("--metrics-addr {text}: names no address"))
+}
+
+/// Starts serving /metrics, /healthz and /readyz on `addr`; /readyz is unready until the
+/// host runs ([`HostReadiness::running`]).
+async fn serve_metrics(
+    addr: SocketAddr,
+    request_timeout: Duration,
+) -> Result<(Arc<HostMetrics>, Arc<HostReadiness>)> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--metrics-addr {addr}: cannot listen"))?;
+    let metrics = HostMetrics::new();
+    let readiness = Arc::new(HostReadiness {
+        running: std::sync::OnceLock::new(),
+        request_timeout,
+    });
+    tokio::spawn(charm_host::metrics::serve(
+        listener,
+        metrics.clone(),
+        readiness.clone(),
+    ));
+    tracing::info!("serving /metrics, /healthz and /readyz on http://{addr}");
+    Ok((metrics, readiness))
+}
+
+/// Ready: the bundle is deployed, the task that keeps the agents in line with the model
+/// runs, and the store answers within a request timeout.
+struct HostReadiness {
+    running: std::sync::OnceLock<(Arc<dyn Store>, tokio::task::AbortHandle)>,
+    request_timeout: Duration,
+}
+
+impl HostReadiness {
+    /// The host runs: its agents started on `store`; `watching` keeps them in line.
+    fn running(&self, store: Arc<dyn Store>, watching: tokio::task::AbortHandle) {
+        let _ = self.running.set((store, watching));
+    }
+}
+
+impl charm_host::metrics::Readiness for HostReadiness {
+    fn check(&self) -> charm_host::store::BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let Some((store, watching)) = self.running.get() else {
+                return Err("the bundle is not deployed yet".into());
+            };
+            if watching.is_finished() {
+                return Err("the agents are no longer kept in line with the model".into());
+            }
+            match tokio::time::timeout(self.request_timeout, store.applications()).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(format!("the store: {e}")),
+                Err(_) => Err(format!(
+                    "the store did not answer within {:?}",
+                    self.request_timeout
+                )),
+            }
+        })
     }
 }
 

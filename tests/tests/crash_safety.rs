@@ -61,7 +61,8 @@ fn acknowledged(log: &str) -> Vec<(String, u64)> {
         .filter(|l| l.contains("hook committed"))
         .filter_map(|l| {
             let field = |name: &str| {
-                let rest = &l[l.find(&format!("{name}="))? + name.len() + 1..];
+                // The event's own fields, after the hook span's (`hook{unit=.. term=..}:`).
+                let rest = &l[l.rfind(&format!(" {name}="))? + name.len() + 2..];
                 Some(rest.split_whitespace().next()?.to_string())
             };
             let unit = field("unit")?;

@@ -255,7 +255,8 @@ impl Model {
                     continue;
                 }
                 let field = |name: &str| {
-                    let rest = &line[line.find(&format!(" {name}="))? + name.len() + 2..];
+                    // The event's own fields, after the hook span's (`hook{unit=.. term=..}:`).
+                    let rest = &line[line.rfind(&format!(" {name}="))? + name.len() + 2..];
                     Some(rest.split_whitespace().next()?.to_string())
                 };
                 let (Some(unit), Some(term)) = (field("unit"), field("term")) else {

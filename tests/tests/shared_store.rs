@@ -47,7 +47,8 @@ fn leader_commits(log: &Path) -> Vec<(String, u64)> {
         .filter(|l| l.contains("hook committed") && l.contains("leader=true"))
         .filter_map(|l| {
             let field = |name: &str| {
-                let rest = &l[l.find(&format!(" {name}="))? + name.len() + 2..];
+                // The event's own fields, after the hook span's (`hook{unit=.. term=..}:`).
+                let rest = &l[l.rfind(&format!(" {name}="))? + name.len() + 2..];
                 Some(rest.split_whitespace().next()?.to_string())
             };
             Some((field("unit")?, field("term")?.parse().ok()?))

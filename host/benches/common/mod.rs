@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use charm_host::bindings::types::{Event, RelationEvent};
 use charm_host::charm::{Charm, CharmRuntime, RuntimeConfig};
+use charm_host::metrics::{HostMetrics, UnitMetrics};
 use charm_host::model::{
     ApplicationRecord, Changes, CharmMetadata, EndpointMeta, RelationEndpoint, RelationId,
     RelationRole, UnitSnapshot,
 };
-use charm_host::store::{Claim, Fence, Store};
+use charm_host::store::{Claim, Fence, MeteredStore, Store};
 use tokio::runtime::Runtime;
 
 /// The compiled guests: the discourse charm and the empty charm (the floor).
@@ -211,6 +212,29 @@ pub fn full_hook(rt: &Runtime, store: &dyn Store, charm: &Charm, unit: &Unit) ->
     let set_spec = run.changes.pod_spec.is_some();
     rt.block_on(store.commit(&unit.name, None, &run.changes, Some(&unit.fence)))
         .expect("the commit is accepted");
+    set_spec
+}
+
+/// `store` with its requests measured, as `run --metrics-addr` wraps it.
+pub fn metered(store: Box<dyn Store>, metrics: &HostMetrics) -> Box<dyn Store> {
+    Box::new(MeteredStore::new(
+        std::sync::Arc::from(store),
+        metrics.store(),
+    ))
+}
+
+/// [`full_hook`] with the hook counted and timed in `metrics`, as a unit's agent does when
+/// the host keeps metrics.
+pub fn measured_full_hook(
+    rt: &Runtime,
+    store: &dyn Store,
+    charm: &Charm,
+    unit: &Unit,
+    metrics: &mut UnitMetrics,
+) -> bool {
+    let started = tokio::time::Instant::now();
+    let set_spec = full_hook(rt, store, charm, unit);
+    metrics.hook_ended("db-relation-changed", "committed", started.elapsed());
     set_spec
 }
 

@@ -28,6 +28,20 @@ pub enum StoreError {
     Incompatible(String),
 }
 
+impl StoreError {
+    /// Its kind, in a word (a metric's label): `not-found`, `unavailable`, ...
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::NotFound(_) => "not-found",
+            StoreError::AlreadyExists(_) => "already-exists",
+            StoreError::Invalid(_) => "invalid",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Corrupt(_) => "corrupt",
+            StoreError::Incompatible(_) => "incompatible",
+        }
+    }
+}
+
 /// A [`StoreError::NotFound`] naming what is missing, such as `unit discourse/3`.
 pub fn not_found(what: impl Into<String>) -> StoreError {
     StoreError::NotFound(what.into())
@@ -65,4 +79,18 @@ pub enum CommitError {
     /// The model changed under the hook (its unit or a relation was removed).
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl CommitError {
+    /// Its kind, in a word (a metric's label): `fenced`, `not-queued`, or the store
+    /// error's ([`StoreError::kind`]).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CommitError::Fenced { .. } => "fenced",
+            CommitError::Unfenced => "unfenced",
+            CommitError::NotQueued { .. } => "not-queued",
+            CommitError::Limit(_) => "limit",
+            CommitError::Store(e) => e.kind(),
+        }
+    }
 }

@@ -1449,7 +1449,7 @@ impl EtcdStore {
                     tx.restart();
                     continue;
                 }
-                if verdict == Verdict::Abort
+                if matches!(verdict, Verdict::Abort(_))
                     || tx.writes.is_empty()
                     || self.write(tx.compares(), tx.ops()).await?
                 {

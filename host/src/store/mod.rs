@@ -10,6 +10,7 @@ mod etcd;
 pub mod faults;
 mod lease;
 mod memory;
+mod metered;
 mod sqlite;
 mod state;
 
@@ -18,6 +19,7 @@ pub use charm_model::{QueuedHook, routing};
 pub use etcd::{EtcdConfig, EtcdStore};
 pub use lease::{Claim, Lease, LeaseError, LeaseFuture, LeaseStore};
 pub use memory::MemoryStore;
+pub use metered::MeteredStore;
 pub use sqlite::SqliteStore;
 pub use state::{
     AppRemoval, AppStatusRow, CommitError, CommitFuture, CommitReceipt, Committed, ConfigApplied,

@@ -78,6 +78,8 @@ pub enum Records<'a> {
 /// and what it reads.
 #[derive(Debug, Clone, Copy)]
 pub struct Step<'a> {
+    /// The operation, by its method's name: "commit", "add_units".
+    pub operation: &'static str,
     /// What the operation does, for errors: "commit of", "adding units to".
     pub doing: &'static str,
     /// What it does it to (a unit, an application), or "".
@@ -90,8 +92,14 @@ pub struct Step<'a> {
 
 impl<'a> Step<'a> {
     /// An operation that may write.
-    pub fn write(doing: &'static str, subject: &'a str, reads: &'a [Records<'a>]) -> Self {
+    pub fn write(
+        operation: &'static str,
+        doing: &'static str,
+        subject: &'a str,
+        reads: &'a [Records<'a>],
+    ) -> Self {
         Step {
+            operation,
             doing,
             subject,
             writes: true,
@@ -100,10 +108,15 @@ impl<'a> Step<'a> {
     }
 
     /// An operation that only reads.
-    pub fn read(doing: &'static str, subject: &'a str, reads: &'a [Records<'a>]) -> Self {
+    pub fn read(
+        operation: &'static str,
+        doing: &'static str,
+        subject: &'a str,
+        reads: &'a [Records<'a>],
+    ) -> Self {
         Step {
             writes: false,
-            ..Step::write(doing, subject, reads)
+            ..Step::write(operation, doing, subject, reads)
         }
     }
 
@@ -122,8 +135,9 @@ impl<'a> Step<'a> {
 pub enum Verdict {
     /// It succeeded: apply its writes.
     Apply,
-    /// It failed: drop its writes.
-    Abort,
+    /// It failed, with an error of this kind ([`StoreError::kind`], [`CommitError::kind`]):
+    /// drop its writes.
+    Abort(&'static str),
 }
 
 /// A model operation over a store's records, its answer kept by its caller.
@@ -150,7 +164,7 @@ pub trait StateStore: Send + Sync {
         Box::pin(async move {
             let name = app.name.clone();
             let reads = [Records::App(&name)];
-            let step = Step::write("adding application", &name, &reads);
+            let step = Step::write("add_application", "adding application", &name, &reads);
             run(self, step, |tx| {
                 operations::add_application(tx, app.clone())
             })
@@ -164,7 +178,7 @@ pub trait StateStore: Send + Sync {
             let reads = [Records::App(name)];
             run(
                 self,
-                Step::read("reading application", name, &reads),
+                Step::read("application", "reading application", name, &reads),
                 |tx| {
                     tx.application(name)?
                         .ok_or_else(|| not_found(format!("application {name}")))
@@ -177,7 +191,7 @@ pub trait StateStore: Send + Sync {
     /// Every application, by name.
     fn applications(&self) -> StoreFuture<'_, Vec<ApplicationRecord>> {
         Box::pin(async move {
-            let step = Step::read("reading applications", "", &[Records::Apps]);
+            let step = Step::read("applications", "reading applications", "", &[Records::Apps]);
             run(self, step, |tx| tx.all_applications()).await
         })
     }
@@ -187,9 +201,11 @@ pub trait StateStore: Send + Sync {
     fn add_unit<'a>(&'a self, app: &'a str) -> StoreFuture<'a, String> {
         Box::pin(async move {
             let reads = [Records::App(app)];
-            run(self, Step::write("adding a unit to", app, &reads), |tx| {
-                operations::add_unit(tx, app)
-            })
+            run(
+                self,
+                Step::write("add_unit", "adding a unit to", app, &reads),
+                |tx| operations::add_unit(tx, app),
+            )
             .await
         })
     }
@@ -200,7 +216,7 @@ pub trait StateStore: Send + Sync {
             let reads = [Records::App(app)];
             run(
                 self,
-                Step::read("reading the units of", app, &reads),
+                Step::read("units", "reading the units of", app, &reads),
                 |tx| {
                     if !tx.app_exists(app)? {
                         return Err(not_found(format!("application {app}")));
@@ -222,9 +238,11 @@ pub trait StateStore: Send + Sync {
     ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
         Box::pin(async move {
             let reads = [Records::Apps, Records::Relations, Records::NextRelation];
-            run(self, Step::write("adding a relation", "", &reads), |tx| {
-                operations::add_relation(tx, interface, endpoints.clone())
-            })
+            run(
+                self,
+                Step::write("add_relation", "adding a relation", "", &reads),
+                |tx| operations::add_relation(tx, interface, endpoints.clone()),
+            )
             .await
         })
     }
@@ -236,9 +254,11 @@ pub trait StateStore: Send + Sync {
         Box::pin(async move {
             let name = app.name.clone();
             let reads = [Records::Model, Records::NextRelation];
-            run(self, Step::write("deploying", &name, &reads), |tx| {
-                operations::deploy(tx, app.clone(), units)
-            })
+            run(
+                self,
+                Step::write("deploy", "deploying", &name, &reads),
+                |tx| operations::deploy(tx, app.clone(), units),
+            )
             .await
         })
     }
@@ -249,9 +269,11 @@ pub trait StateStore: Send + Sync {
         Box::pin(async move {
             let model = self.model_name();
             let reads = [Records::Model];
-            run(self, Step::read("details of", unit, &reads), |tx| {
-                snapshot::unit_details(tx, model, unit)
-            })
+            run(
+                self,
+                Step::read("unit_details", "details of", unit, &reads),
+                |tx| snapshot::unit_details(tx, model, unit),
+            )
             .await
         })
     }
@@ -261,9 +283,11 @@ pub trait StateStore: Send + Sync {
     fn resolve_unit<'a>(&'a self, unit: &'a str, retry: bool) -> StoreFuture<'a, Option<Hook>> {
         Box::pin(async move {
             let reads = [Records::Unit(unit), Records::Queue(unit)];
-            run(self, Step::write("resolving", unit, &reads), |tx| {
-                operations::resolve_unit(tx, unit, retry)
-            })
+            run(
+                self,
+                Step::write("resolve_unit", "resolving", unit, &reads),
+                |tx| operations::resolve_unit(tx, unit, retry),
+            )
             .await
         })
     }
@@ -273,9 +297,11 @@ pub trait StateStore: Send + Sync {
     fn record_logs<'a>(&'a self, unit: &'a str, lines: Vec<LogRecord>) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let reads = [Records::Unit(unit), Records::Logs(unit)];
-            run(self, Step::write("logs of", unit, &reads), |tx| {
-                operations::record_logs(tx, unit, &lines)
-            })
+            run(
+                self,
+                Step::write("record_logs", "logs of", unit, &reads),
+                |tx| operations::record_logs(tx, unit, &lines),
+            )
             .await
         })
     }
@@ -289,9 +315,11 @@ pub trait StateStore: Send + Sync {
     ) -> StoreFuture<'a, Vec<LogRecord>> {
         Box::pin(async move {
             let reads = [Records::Model, Records::AllLogs];
-            run(self, Step::read("reading logs", "", &reads), |tx| {
-                operations::debug_log(tx, unit, lines)
-            })
+            run(
+                self,
+                Step::read("debug_log", "reading logs", "", &reads),
+                |tx| operations::debug_log(tx, unit, lines),
+            )
             .await
         })
     }
@@ -307,9 +335,11 @@ pub trait StateStore: Send + Sync {
     ) -> StoreFuture<'a, ConfigApplied> {
         Box::pin(async move {
             let reads = [Records::App(app), Records::Units, Records::Queues];
-            run(self, Step::write("config of", app, &reads), |tx| {
-                config::set_config(tx, app, &set, &reset)
-            })
+            run(
+                self,
+                Step::write("set_config", "config of", app, &reads),
+                |tx| config::set_config(tx, app, &set, &reset),
+            )
             .await
         })
     }
@@ -323,7 +353,7 @@ pub trait StateStore: Send + Sync {
     ) -> StoreFuture<'a, (RelationRecord, Vec<QueuedHook>)> {
         Box::pin(async move {
             let reads = [Records::Model, Records::NextRelation];
-            run(self, Step::write("relating", a, &reads), |tx| {
+            run(self, Step::write("relate", "relating", a, &reads), |tx| {
                 operations::relate(tx, a, b)
             })
             .await
@@ -335,9 +365,11 @@ pub trait StateStore: Send + Sync {
     fn add_units<'a>(&'a self, app: &'a str, count: u32) -> StoreFuture<'a, Vec<String>> {
         Box::pin(async move {
             let reads = [Records::Model];
-            run(self, Step::write("adding units to", app, &reads), |tx| {
-                operations::add_units(tx, app, count)
-            })
+            run(
+                self,
+                Step::write("add_units", "adding units to", app, &reads),
+                |tx| operations::add_units(tx, app, count),
+            )
             .await
         })
     }
@@ -347,9 +379,11 @@ pub trait StateStore: Send + Sync {
     fn remove_units<'a>(&'a self, units: Vec<String>) -> StoreFuture<'a, Vec<QueuedHook>> {
         Box::pin(async move {
             let reads = [Records::Model];
-            run(self, Step::write("removing units", "", &reads), |tx| {
-                removal::remove_units(tx, &units)
-            })
+            run(
+                self,
+                Step::write("remove_units", "removing units", "", &reads),
+                |tx| removal::remove_units(tx, &units),
+            )
             .await
         })
     }
@@ -359,9 +393,11 @@ pub trait StateStore: Send + Sync {
     fn remove_unit<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, Vec<QueuedHook>> {
         Box::pin(async move {
             let reads = [Records::Model];
-            run(self, Step::write("removing", unit, &reads), |tx| {
-                removal::remove_unit(tx, unit)
-            })
+            run(
+                self,
+                Step::write("remove_unit", "removing", unit, &reads),
+                |tx| removal::remove_unit(tx, unit),
+            )
             .await
         })
     }
@@ -377,7 +413,7 @@ pub trait StateStore: Send + Sync {
             let reads = [Records::Model];
             run(
                 self,
-                Step::write("removing a relation of", a, &reads),
+                Step::write("remove_relation", "removing a relation of", a, &reads),
                 |tx| removal::remove_relation(tx, a, b),
             )
             .await
@@ -389,9 +425,11 @@ pub trait StateStore: Send + Sync {
     fn remove_application<'a>(&'a self, app: &'a str, force: bool) -> StoreFuture<'a, AppRemoval> {
         Box::pin(async move {
             let reads = [Records::Model];
-            run(self, Step::write("removing", app, &reads), |tx| {
-                removal::remove_application(tx, app, force)
-            })
+            run(
+                self,
+                Step::write("remove_application", "removing", app, &reads),
+                |tx| removal::remove_application(tx, app, force),
+            )
             .await
         })
     }
@@ -402,16 +440,20 @@ pub trait StateStore: Send + Sync {
     fn enqueue<'a>(&'a self, hooks: Vec<(String, Hook)>) -> StoreFuture<'a, Vec<QueuedHook>> {
         Box::pin(async move {
             let reads = [Records::UnitsOf(&hooks)];
-            run(self, Step::write("queueing hooks", "", &reads), |tx| {
-                // Checked before anything is queued: a store that writes as it goes (memory)
-                // then has nothing to undo.
-                for (unit, _) in &hooks {
-                    if !tx.unit_exists(unit)? {
-                        return Err(not_found(format!("unit {unit}")));
+            run(
+                self,
+                Step::write("enqueue", "queueing hooks", "", &reads),
+                |tx| {
+                    // Checked before anything is queued: a store that writes as it goes (memory)
+                    // then has nothing to undo.
+                    for (unit, _) in &hooks {
+                        if !tx.unit_exists(unit)? {
+                            return Err(not_found(format!("unit {unit}")));
+                        }
                     }
-                }
-                operations::enqueue(tx, hooks.iter().cloned())
-            })
+                    operations::enqueue(tx, hooks.iter().cloned())
+                },
+            )
             .await
         })
     }
@@ -422,7 +464,7 @@ pub trait StateStore: Send + Sync {
             let reads = [Records::Unit(unit), Records::Queue(unit)];
             run(
                 self,
-                Step::read("reading the queue of", unit, &reads),
+                Step::read("queued", "reading the queue of", unit, &reads),
                 |tx| {
                     tx.queue_of(unit)?
                         .ok_or_else(|| not_found(format!("unit {unit}")))
@@ -435,7 +477,7 @@ pub trait StateStore: Send + Sync {
     /// Every relation, by id.
     fn relations(&self) -> StoreFuture<'_, Vec<RelationRecord>> {
         Box::pin(async move {
-            let step = Step::read("reading relations", "", &[Records::Relations]);
+            let step = Step::read("relations", "reading relations", "", &[Records::Relations]);
             run(self, step, |tx| {
                 Ok(tx
                     .all_relations()?
@@ -459,9 +501,11 @@ pub trait StateStore: Send + Sync {
                 Records::LeaderData(app),
                 Records::AppStatus(app),
             ];
-            run(self, Step::read("snapshot of", unit, &reads), |tx| {
-                snapshot::snapshot(tx, model, unit)
-            })
+            run(
+                self,
+                Step::read("snapshot", "snapshot of", unit, &reads),
+                |tx| snapshot::snapshot(tx, model, unit),
+            )
             .await
         })
     }
@@ -499,9 +543,11 @@ pub trait StateStore: Send + Sync {
                 Records::Lease(app),
                 Records::BagsWritten(request.changes, unit),
             ];
-            run(self, Step::write("commit of", unit, &reads), |tx| {
-                commit::commit(tx, request)
-            })
+            run(
+                self,
+                Step::write("commit", "commit of", unit, &reads),
+                |tx| commit::commit(tx, request),
+            )
             .await
         })
     }
@@ -510,9 +556,11 @@ pub trait StateStore: Send + Sync {
     fn set_hook_error<'a>(&'a self, unit: &'a str, error: Option<String>) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let reads = [Records::Unit(unit)];
-            run(self, Step::write("error status of", unit, &reads), |tx| {
-                operations::set_hook_error(tx, unit, error.as_deref())
-            })
+            run(
+                self,
+                Step::write("set_hook_error", "error status of", unit, &reads),
+                |tx| operations::set_hook_error(tx, unit, error.as_deref()),
+            )
             .await
         })
     }
@@ -521,12 +569,16 @@ pub trait StateStore: Send + Sync {
     fn pod_spec<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Option<PodSpecRecord>> {
         Box::pin(async move {
             let reads = [Records::App(app), Records::PodSpec(app)];
-            run(self, Step::read("pod spec of", app, &reads), |tx| {
-                if !tx.app_exists(app)? {
-                    return Err(not_found(format!("application {app}")));
-                }
-                tx.pod_spec(app)
-            })
+            run(
+                self,
+                Step::read("pod_spec", "pod spec of", app, &reads),
+                |tx| {
+                    if !tx.app_exists(app)? {
+                        return Err(not_found(format!("application {app}")));
+                    }
+                    tx.pod_spec(app)
+                },
+            )
             .await
         })
     }
@@ -542,7 +594,7 @@ pub trait StateStore: Send + Sync {
                 Records::PodSpecs,
                 Records::Leases,
             ];
-            run(self, Step::read("status", "", &reads), |tx| {
+            run(self, Step::read("status", "status", "", &reads), |tx| {
                 status::status(tx)
             })
             .await
@@ -566,19 +618,35 @@ async fn run<S, T, E>(
 where
     S: StateStore + ?Sized,
     T: Send,
-    E: From<StoreError> + Send,
+    E: From<StoreError> + Failure + Send,
 {
     let mut answer = None;
     let mut erased = |tx: &mut dyn ModelTx| {
         let out = op(tx);
-        let verdict = if out.is_ok() {
-            Verdict::Apply
-        } else {
-            Verdict::Abort
+        let verdict = match &out {
+            Ok(_) => Verdict::Apply,
+            Err(e) => Verdict::Abort(e.kind()),
         };
         answer = Some(out);
         verdict
     };
     store.step(step, &mut erased).await?;
     answer.expect("a store's step runs its operation")
+}
+
+/// An operation's error, by kind.
+trait Failure {
+    fn kind(&self) -> &'static str;
+}
+
+impl Failure for StoreError {
+    fn kind(&self) -> &'static str {
+        StoreError::kind(self)
+    }
+}
+
+impl Failure for CommitError {
+    fn kind(&self) -> &'static str {
+        CommitError::kind(self)
+    }
 }
