@@ -41,8 +41,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue,
-    LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    Client, Compare, CompareOp, EventType, GetOptions, KeyValue, LeaseKeepAliveStream, LeaseKeeper,
+    PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -75,6 +75,10 @@ const MAX_ATTEMPTS: u32 = 64;
 /// Bits of a seq below the revision: the index of a hook among those one change queues.
 const SEQ_INDEX_BITS: u32 = 20;
 
+mod access;
+
+pub use access::{EtcdAuth, EtcdIdentity, EtcdTls};
+
 /// How to reach etcd, and where in its key space this model lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdConfig {
@@ -86,6 +90,10 @@ pub struct EtcdConfig {
     /// How long one request may take before it fails as unavailable. Keep it well under
     /// the lease duration so a renewal can be retried.
     pub request_timeout: Duration,
+    /// TLS towards etcd; plaintext if `None`.
+    pub tls: Option<EtcdTls>,
+    /// The etcd user this host acts as, if etcd has authentication enabled.
+    pub auth: Option<EtcdAuth>,
 }
 
 impl EtcdConfig {
@@ -124,6 +132,8 @@ impl EtcdConfig {
                 prefix.to_string()
             },
             request_timeout: Duration::from_secs(1),
+            tls: None,
+            auth: None,
         })
     }
 }
@@ -269,14 +279,14 @@ impl EtcdStore {
     /// prefix is empty. Data of another program, a newer host or another model under the
     /// prefix is refused ([`StoreError::Incompatible`]) and left untouched.
     pub async fn connect(config: EtcdConfig, model: &str) -> Result<EtcdStore, StoreError> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(config.request_timeout)
-            .with_timeout(config.request_timeout)
-            .with_keep_alive(Duration::from_secs(2), config.request_timeout);
+        let options = access::connect_options(&config)?;
         let client = Client::connect(&config.endpoints, Some(options))
             .await
-            .map_err(|e| {
-                StoreError::Unavailable(format!("etcd at {}: {e}", config.endpoints.join(",")))
+            .map_err(|e| match access::refusal(&e, &config) {
+                Some(why) => StoreError::Denied(why),
+                None => {
+                    StoreError::Unavailable(format!("etcd at {}: {e}", config.endpoints.join(",")))
+                }
             })?;
         let store = EtcdStore {
             model: model.to_string(),
@@ -349,12 +359,14 @@ impl EtcdStore {
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.as_str(), encode(&mine), None)])
             .or_else([TxnOp::get(key.as_str(), None)]);
-        let resp = self
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(unavailable)?;
+        // The first request: a refused certificate, password or permission shows here, and
+        // is said as such rather than retried as etcd being away.
+        let resp = self.client.kv_client().txn(txn).await.map_err(|e| {
+            match access::refusal(&e, &self.config) {
+                Some(why) => StoreError::Denied(why),
+                None => unavailable(e),
+            }
+        })?;
         if resp.succeeded() {
             return Ok(());
         }
