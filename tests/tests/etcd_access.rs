@@ -196,9 +196,33 @@ fn expired_client_certificate_is_refused_naming_it() {
     });
     let why = etcd.refused(config);
     assert!(
-        why.contains("expired") && why.contains(&expired.cert.display().to_string()),
+        why.contains("it expired on 2021-01-01")
+            && why.contains(&expired.cert.display().to_string()),
         "{why}"
     );
+    etcd.assert_nothing_written();
+}
+
+#[test]
+fn client_certificate_of_another_ca_or_none_is_refused_naming_it() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let etcd = Secured::start();
+    let other_ca = Pki::new("other");
+    let other = other_ca.client("stranger", false);
+    let mut config = etcd.config("models/a", "host-a", A_PASSWORD);
+    config.tls.as_mut().unwrap().identity = Some(EtcdIdentity {
+        cert: other.cert.clone(),
+        key: other.key,
+    });
+    let why = etcd.refused(config.clone());
+    assert!(
+        why.contains("not signed by a CA etcd trusts")
+            && why.contains(&other.cert.display().to_string()),
+        "{why}"
+    );
+    config.tls.as_mut().unwrap().identity = None;
+    let why = etcd.refused(config);
+    assert!(why.contains("none was given (--etcd-cert"), "{why}");
     etcd.assert_nothing_written();
 }
 

@@ -280,14 +280,10 @@ impl EtcdStore {
     /// prefix is refused ([`StoreError::Incompatible`]) and left untouched.
     pub async fn connect(config: EtcdConfig, model: &str) -> Result<EtcdStore, StoreError> {
         let options = access::connect_options(&config)?;
-        let client = Client::connect(&config.endpoints, Some(options))
-            .await
-            .map_err(|e| match access::refusal(&e, &config) {
-                Some(why) => StoreError::Denied(why),
-                None => {
-                    StoreError::Unavailable(format!("etcd at {}: {e}", config.endpoints.join(",")))
-                }
-            })?;
+        let client = match Client::connect(&config.endpoints, Some(options)).await {
+            Ok(client) => client,
+            Err(e) => return Err(access::explain(e, &config).await),
+        };
         let store = EtcdStore {
             model: model.to_string(),
             prefix: format!("{}/", config.prefix),
@@ -361,12 +357,10 @@ impl EtcdStore {
             .or_else([TxnOp::get(key.as_str(), None)]);
         // The first request: a refused certificate, password or permission shows here, and
         // is said as such rather than retried as etcd being away.
-        let resp = self.client.kv_client().txn(txn).await.map_err(|e| {
-            match access::refusal(&e, &self.config) {
-                Some(why) => StoreError::Denied(why),
-                None => unavailable(e),
-            }
-        })?;
+        let resp = match self.client.kv_client().txn(txn).await {
+            Ok(resp) => resp,
+            Err(e) => return Err(access::explain(e, &self.config).await),
+        };
         if resp.succeeded() {
             return Ok(());
         }
