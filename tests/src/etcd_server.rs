@@ -16,7 +16,7 @@ pub struct EtcdServer {
     name: String,
     client_port: u16,
     peer_port: u16,
-    /// Plaintext `/health`, whatever the client port speaks.
+    /// Plaintext `/health` for an etcd whose client port speaks TLS.
     metrics_port: u16,
     /// `--initial-cluster`: this member alone, or every member of its cluster.
     initial_cluster: String,
@@ -111,14 +111,14 @@ impl EtcdServer {
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster={}", self.initial_cluster))
-            .arg(format!(
-                "--listen-metrics-urls=http://127.0.0.1:{}",
-                self.metrics_port
-            ))
             // Relating applications of many units queues hooks on each in one transaction.
             .arg("--max-txn-ops=10000");
         if let Some(tls) = &self.tls {
             command
+                .arg(format!(
+                    "--listen-metrics-urls=http://127.0.0.1:{}",
+                    self.metrics_port
+                ))
                 .arg(format!("--cert-file={}", tls.cert.display()))
                 .arg(format!("--key-file={}", tls.key.display()))
                 .arg(format!("--trusted-ca-file={}", tls.trusted_ca.display()));
@@ -163,7 +163,12 @@ impl EtcdServer {
     }
 
     fn healthy(&self) -> bool {
-        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.metrics_port)) else {
+        let port = if self.tls.is_some() {
+            self.metrics_port
+        } else {
+            self.client_port
+        };
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
             return false;
         };
         let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
