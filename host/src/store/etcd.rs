@@ -277,7 +277,9 @@ fn seq_at(revision: i64, index: usize) -> u64 {
 impl EtcdStore {
     /// Connects to etcd and opens model `model` under `config.prefix`, creating it if the
     /// prefix is empty. Data of another program, a newer host or another model under the
-    /// prefix is refused ([`StoreError::Incompatible`]) and left untouched.
+    /// prefix is refused ([`StoreError::Incompatible`]) and left untouched. A certificate,
+    /// password or role etcd refuses is [`StoreError::Denied`], naming which, and nothing is
+    /// written.
     pub async fn connect(config: EtcdConfig, model: &str) -> Result<EtcdStore, StoreError> {
         let options = access::connect_options(&config)?;
         let client = match Client::connect(&config.endpoints, Some(options)).await {

@@ -204,7 +204,13 @@ pub(super) fn refusal(e: &etcd_client::Error, config: &EtcdConfig) -> Option<Str
 
 /// Why etcd refused this host, if `text` (an error and its causes) says it did.
 fn refusal_text(text: &str, config: &EtcdConfig) -> Option<String> {
-    let user = config.auth.as_ref().map_or("", |a| a.user.as_str());
+    // Without a user, etcd takes the client certificate's common name as the user.
+    let user = config
+        .auth
+        .as_ref()
+        .map_or("(the client certificate's common name)", |a| {
+            a.user.as_str()
+        });
     let ca = config
         .tls
         .as_ref()
