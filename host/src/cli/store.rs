@@ -18,8 +18,10 @@ use charm_host::store::{MemoryStore, SqliteStore, Store};
 use crate::DEFAULT_STORE;
 
 /// The environment variable holding the etcd user's password, as etcdctl's.
+#[cfg(feature = "etcd")]
 const PASSWORD_ENV: &str = "ETCDCTL_PASSWORD";
 /// The environment variable holding the etcd user (`NAME` or `NAME:PASSWORD`), as etcdctl's.
+#[cfg(feature = "etcd")]
 const USER_ENV: &str = "ETCDCTL_USER";
 
 /// The store, and the credentials for an etcd one.
