@@ -18,7 +18,7 @@ use charm_host::leadership::LeadershipConfig;
 use charm_host::metrics::HostMetrics;
 use charm_host::model::CharmMetadata;
 use charm_host::store::faults::{FaultPlan, FaultyStore, WriteHistory};
-use charm_host::store::{MemoryStore, MeteredStore, ModelStatus, SqliteStore, Store, StoreError};
+use charm_host::store::{MeteredStore, ModelStatus, Store, StoreError};
 
 /// Writes to stdout; a reader that went away (`| head`) ends the program quietly.
 macro_rules! out {
@@ -39,6 +39,8 @@ macro_rules! outln {
 }
 
 mod cli;
+
+use cli::store::StoreArgs;
 
 #[derive(Parser)]
 #[command(
@@ -133,9 +135,8 @@ enum Command {
     /// Shows the model: applications with their leaders, units with their status. Safe to
     /// run while a host is running on the same store.
     Status {
-        /// The store: `sqlite:PATH`, `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` or `memory`.
-        #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
-        store: String,
+        #[command(flatten)]
+        store: StoreArgs,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
@@ -143,9 +144,8 @@ enum Command {
     PodSpec {
         /// The application.
         app: String,
-        /// The store: `sqlite:PATH`, `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` or `memory`.
-        #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
-        store: String,
+        #[command(flatten)]
+        store: StoreArgs,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
@@ -171,9 +171,8 @@ enum Command {
     /// Writes the model as a bundle (YAML; JSON with `--format json`) that `run` deploys
     /// into an empty store as the same model.
     ExportBundle {
-        /// The store: `sqlite:PATH`, `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` or `memory`.
-        #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
-        store: String,
+        #[command(flatten)]
+        store: StoreArgs,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
@@ -211,10 +210,8 @@ enum Command {
         timeout: f64,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
-        /// The store: `sqlite:PATH` (durable, the default), `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`
-        /// (shared by hosts on several machines) or `memory` (this process only).
-        #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
-        store: String,
+        #[command(flatten)]
+        store: StoreArgs,
         /// Run agents only for these units (comma-separated: unit names such as `discourse/0`,
         /// application names, or globs such as `discourse/*`), so several hosts can share one
         /// store; the default is every unit, including units added while it runs.
@@ -316,24 +313,19 @@ fn main() -> Result<()> {
         Command::ExportBundle { store, format } => {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async {
-                export_bundle(&open_store(&store, false, REQUEST_TIMEOUT).await?, format).await
+                export_bundle(&store.open(false, REQUEST_TIMEOUT).await?, format).await
             })
         }
         Command::Status { store, format } => {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async {
-                print_status(&open_store(&store, false, REQUEST_TIMEOUT).await?, format).await
+                print_status(&store.open(false, REQUEST_TIMEOUT).await?, format).await
             })
         }
         Command::PodSpec { app, store, format } => {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async {
-                print_pod_spec(
-                    &open_store(&store, false, REQUEST_TIMEOUT).await?,
-                    &app,
-                    format,
-                )
-                .await
+                print_pod_spec(&store.open(false, REQUEST_TIMEOUT).await?, &app, format).await
             })
         }
         Command::Config(args) => block_on(cli::config::run(args)),
@@ -578,51 +570,6 @@ fn inspect(path: &std::path::Path, format: Format) -> Result<()> {
 /// How long `status` and `pod-spec` wait for an etcd request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Opens the store `spec` names; `create` makes a missing SQLite file (and its directory).
-/// An etcd request that takes longer than `request_timeout` fails as unavailable.
-async fn open_store(spec: &str, create: bool, request_timeout: Duration) -> Result<Arc<dyn Store>> {
-    if spec == "memory" {
-        return Ok(Arc::new(MemoryStore::new("default")));
-    }
-    if spec.starts_with("etcd://") {
-        return open_etcd(spec, request_timeout).await;
-    }
-    let Some(path) = spec.strip_prefix("sqlite:") else {
-        bail!("--store {spec}: unknown store; use sqlite:PATH, etcd://HOST:PORT or memory");
-    };
-    let path = PathBuf::from(path);
-    if !create && !path.exists() {
-        bail!(
-            "--store {spec}: {} does not exist; `charm-host run` creates it",
-            path.display()
-        );
-    }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("--store {spec}: cannot create {}", dir.display()))?;
-    }
-    let store = SqliteStore::open(&path, "default").with_context(|| format!("--store {spec}"))?;
-    Ok(Arc::new(store))
-}
-
-#[cfg(feature = "etcd")]
-async fn open_etcd(spec: &str, request_timeout: Duration) -> Result<Arc<dyn Store>> {
-    let mut config =
-        charm_host::store::EtcdConfig::parse(spec).with_context(|| format!("--store {spec}"))?;
-    config.request_timeout = request_timeout;
-    let store = charm_host::store::EtcdStore::connect(config, "default")
-        .await
-        .with_context(|| format!("--store {spec}"))?;
-    Ok(Arc::new(store))
-}
-
-#[cfg(not(feature = "etcd"))]
-async fn open_etcd(spec: &str, _request_timeout: Duration) -> Result<Arc<dyn Store>> {
-    bail!(
-        "--store {spec}: this charm-host was built without etcd support; build it with `cargo build --release -p charm-host --features etcd`"
-    )
-}
-
 fn check(args: &BundleArgs, format: Format) -> Result<()> {
     let runtime = CharmRuntime::new(RuntimeConfig::default()).map_err(anyhow::Error::from)?;
     let bundle = match args.load(&runtime) {
@@ -761,7 +708,7 @@ struct RunOptions {
     /// With --until-idle: how long to wait for it.
     until_idle: Option<Duration>,
     format: Format,
-    store: String,
+    store: StoreArgs,
     units: Vec<String>,
     leadership: LeadershipConfig,
     update_status_interval: Duration,
@@ -783,12 +730,9 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
         metrics_addr,
         runtime_config,
     } = options;
-    let store = store.as_str();
     // Other hosts sharing a SQLite file queue hooks for our units unseen: look every half
     // second. etcd's watches wake the agents instead.
-    let poll_interval = store
-        .starts_with("sqlite:")
-        .then(|| Duration::from_millis(500));
+    let poll_interval = store.is_sqlite().then(|| Duration::from_millis(500));
     let margin = runtime_config.guarantee_margin;
     let runtime = CharmRuntime::new(runtime_config).map_err(anyhow::Error::from)?;
     // Served from the start: /healthz while the store is waited for, /readyz says why not.
@@ -817,7 +761,7 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
     let mut waiting = StoreWait::new(until_idle);
     let request_timeout = leadership.request_timeout;
     let store = loop {
-        match open_store(store, true, request_timeout).await {
+        match store.open(true, request_timeout).await {
             Ok(store) => break store,
             Err(e) => waiting.retry(e).await?,
         }

@@ -2544,6 +2544,8 @@ contract! {
 
 #[cfg(feature = "etcd")]
 #[path = "../../tests/src/etcd_server.rs"]
+// Shared with charm-tests, which starts TLS servers and clusters too.
+#[allow(dead_code)]
 mod etcd_server;
 
 #[cfg(feature = "etcd")]

@@ -12,6 +12,10 @@ use charm_host::leadership::LeadershipConfig;
 use charm_host::model::ConfigValue;
 use charm_host::store::{MemoryStore, Store};
 
+#[cfg(feature = "etcd")]
+pub mod etcd_model;
+#[cfg(feature = "etcd")]
+pub mod etcd_pki;
 pub mod etcd_server;
 pub mod linearizable;
 mod wasm_context;

@@ -26,6 +26,11 @@ pub enum StoreError {
     /// Nothing was written to it.
     #[error("store incompatible: {0}")]
     Incompatible(String),
+    /// The store refused this host's credentials: a TLS certificate, a user or password, or
+    /// a role without access to the model's keys. The message names which. Retrying does
+    /// not help; nothing was written.
+    #[error("store refused access: {0}")]
+    Denied(String),
 }
 
 impl StoreError {
@@ -38,6 +43,7 @@ impl StoreError {
             StoreError::Unavailable(_) => "unavailable",
             StoreError::Corrupt(_) => "corrupt",
             StoreError::Incompatible(_) => "incompatible",
+            StoreError::Denied(_) => "denied",
         }
     }
 }

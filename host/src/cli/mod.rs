@@ -6,6 +6,7 @@ pub mod debug_log;
 pub mod relations;
 pub mod resolved;
 pub mod show_unit;
+pub mod store;
 pub mod units;
 
 use std::collections::BTreeMap;
@@ -16,14 +17,13 @@ use serde_json::json;
 
 use charm_host::store::{QueuedHook, Store};
 
-use crate::{DEFAULT_STORE, Format, REQUEST_TIMEOUT, open_store, print_table};
+use crate::{Format, REQUEST_TIMEOUT, print_table};
 
 /// Where the model is, and how to print the answer.
 #[derive(clap::Args)]
 pub struct ModelArgs {
-    /// The store: `sqlite:PATH`, `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` or `memory`.
-    #[arg(long, env = "CHARM_HOST_STORE", default_value = DEFAULT_STORE)]
-    pub store: String,
+    #[command(flatten)]
+    pub store: store::StoreArgs,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 }
@@ -31,7 +31,7 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// The store, which must exist already (`deploy` and `run` create one).
     pub async fn open(&self) -> Result<Arc<dyn Store>> {
-        open_store(&self.store, false, REQUEST_TIMEOUT).await
+        self.store.open(false, REQUEST_TIMEOUT).await
     }
 }
 

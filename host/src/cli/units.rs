@@ -10,7 +10,7 @@ use charm_host::charm::{CharmRuntime, RuntimeConfig};
 use charm_host::model::{ApplicationRecord, ConfigValue};
 
 use super::{ModelArgs, hooks_json, print_hooks, print_json, settings};
-use crate::{Format, REQUEST_TIMEOUT, open_store};
+use crate::{Format, REQUEST_TIMEOUT};
 
 /// `charm-host deploy CHARM.wasm [APP] [-n N] [--config KEY=VALUE...]`.
 #[derive(clap::Args)]
@@ -51,7 +51,7 @@ pub async fn deploy(args: DeployArgs) -> Result<()> {
         metadata,
         config,
     };
-    let store = open_store(&args.model.store, true, REQUEST_TIMEOUT).await?;
+    let store = args.model.store.open(true, REQUEST_TIMEOUT).await?;
     let deployed = store
         .deploy(record, args.units)
         .await

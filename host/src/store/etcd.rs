@@ -41,8 +41,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue,
-    LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    Client, Compare, CompareOp, EventType, GetOptions, KeyValue, LeaseKeepAliveStream, LeaseKeeper,
+    PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -72,6 +72,10 @@ const MAX_ATTEMPTS: u32 = 64;
 /// Bits of a seq below the revision: the index of a hook among those one change queues.
 const SEQ_INDEX_BITS: u32 = 20;
 
+mod access;
+
+pub use access::{EtcdAuth, EtcdIdentity, EtcdTls};
+
 /// How to reach etcd, and where in its key space this model lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdConfig {
@@ -83,6 +87,10 @@ pub struct EtcdConfig {
     /// How long one request may take before it fails as unavailable. Keep it well under
     /// the lease duration so a renewal can be retried.
     pub request_timeout: Duration,
+    /// TLS towards etcd; plaintext if `None`.
+    pub tls: Option<EtcdTls>,
+    /// The etcd user this host acts as, if etcd has authentication enabled.
+    pub auth: Option<EtcdAuth>,
 }
 
 impl EtcdConfig {
@@ -121,6 +129,8 @@ impl EtcdConfig {
                 prefix.to_string()
             },
             request_timeout: Duration::from_secs(1),
+            tls: None,
+            auth: None,
         })
     }
 }
@@ -245,17 +255,15 @@ fn seq_at(revision: i64, index: usize) -> u64 {
 impl EtcdStore {
     /// Connects to etcd and opens model `model` under `config.prefix`, creating it if the
     /// prefix is empty. Data of another program, a newer host or another model under the
-    /// prefix is refused ([`StoreError::Incompatible`]) and left untouched.
+    /// prefix is refused ([`StoreError::Incompatible`]) and left untouched. A certificate,
+    /// password or role etcd refuses is [`StoreError::Denied`], naming which, and nothing is
+    /// written.
     pub async fn connect(config: EtcdConfig, model: &str) -> Result<EtcdStore, StoreError> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(config.request_timeout)
-            .with_timeout(config.request_timeout)
-            .with_keep_alive(Duration::from_secs(2), config.request_timeout);
-        let client = Client::connect(&config.endpoints, Some(options))
-            .await
-            .map_err(|e| {
-                StoreError::Unavailable(format!("etcd at {}: {e}", config.endpoints.join(",")))
-            })?;
+        let options = access::connect_options(&config)?;
+        let client = match Client::connect(&config.endpoints, Some(options)).await {
+            Ok(client) => client,
+            Err(e) => return Err(access::explain(e, &config).await),
+        };
         let store = EtcdStore {
             model: model.to_string(),
             prefix: format!("{}/", config.prefix),
@@ -327,12 +335,12 @@ impl EtcdStore {
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.as_str(), encode(&mine), None)])
             .or_else([TxnOp::get(key.as_str(), None)]);
-        let resp = self
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(unavailable)?;
+        // The first request: a refused certificate, password or permission shows here, and
+        // is said as such rather than retried as etcd being away.
+        let resp = match self.client.kv_client().txn(txn).await {
+            Ok(resp) => resp,
+            Err(e) => return Err(access::explain(e, &self.config).await),
+        };
         if resp.succeeded() {
             return Ok(());
         }

@@ -16,7 +16,7 @@ mod state;
 
 pub use charm_model::{QueuedHook, routing};
 #[cfg(feature = "etcd")]
-pub use etcd::{EtcdConfig, EtcdStore};
+pub use etcd::{EtcdAuth, EtcdConfig, EtcdIdentity, EtcdStore, EtcdTls};
 pub use lease::{Claim, Lease, LeaseError, LeaseFuture, LeaseStore};
 pub use memory::MemoryStore;
 pub use metered::MeteredStore;
