@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::records::{Bag, BagWrites, Changes, PodSpecWrite};
+use crate::records::{Bag, BagWrites, Changes, PodSpecWrite, RelationId};
 
 /// The longest status message, in bytes.
 pub const STATUS_MESSAGE_MAX: usize = 4 << 10;
@@ -155,33 +155,62 @@ pub struct HookWrites<'a> {
     pub action_messages: Vec<&'a str>,
 }
 
+impl<'a> HookWrites<'a> {
+    /// The writes of a hook, from its bags (each relation's unit and application bags, the
+    /// leader settings, the stored state) and the rest, as [`HookWrites`] has them.
+    pub fn of(bags: HookBags<'a>, rest: HookWrites<'a>) -> Self {
+        let mut named: Vec<(String, &BagWrites)> = Vec::new();
+        for (id, writes) in bags.unit_bags {
+            named.push((format!("relation {id} unit bag setting"), writes));
+        }
+        for (id, writes) in bags.app_bags {
+            named.push((format!("relation {id} application bag setting"), writes));
+        }
+        named.push(("leader setting".into(), bags.leader_data));
+        named.push(("stored state".into(), bags.stored));
+        HookWrites {
+            bags: named,
+            ..rest
+        }
+    }
+}
+
+/// The bags one hook writes.
+#[derive(Debug, Clone, Copy)]
+pub struct HookBags<'a> {
+    /// Its unit's bag in each relation.
+    pub unit_bags: &'a BTreeMap<RelationId, BagWrites>,
+    /// Its application's bag in each relation.
+    pub app_bags: &'a BTreeMap<RelationId, BagWrites>,
+    /// The leader settings.
+    pub leader_data: &'a BagWrites,
+    /// The unit's stored state.
+    pub stored: &'a BagWrites,
+}
+
 impl<'a> From<&'a Changes> for HookWrites<'a> {
     fn from(changes: &'a Changes) -> Self {
-        let mut bags: Vec<(String, &BagWrites)> = Vec::new();
-        for (id, writes) in &changes.unit_bags {
-            bags.push((format!("relation {id} unit bag setting"), writes));
-        }
-        for (id, writes) in &changes.app_bags {
-            bags.push((format!("relation {id} application bag setting"), writes));
-        }
-        bags.push(("leader setting".into(), &changes.leader_data));
-        bags.push(("stored state".into(), &changes.stored));
         let action = changes.action.as_ref();
-        HookWrites {
-            bags,
-            status_messages: changes
-                .unit_status
-                .iter()
-                .chain(&changes.app_status)
-                .map(|s| s.message.as_str())
-                .collect(),
-            workload_version: changes.workload_version.as_deref(),
-            pod_spec: changes.pod_spec.as_deref(),
-            action_results: action.map(|a| &a.results),
-            action_messages: action
-                .map(|a| a.failure.iter().chain(&a.log).map(String::as_str).collect())
-                .unwrap_or_default(),
-        }
+        HookWrites::of(
+            HookBags {
+                unit_bags: &changes.unit_bags,
+                app_bags: &changes.app_bags,
+                leader_data: &changes.leader_data,
+                stored: &changes.stored,
+            },
+            HookWrites {
+                bags: Vec::new(),
+                status_messages: (changes.unit_status.iter().chain(&changes.app_status))
+                    .map(|s| s.message.as_str())
+                    .collect(),
+                workload_version: changes.workload_version.as_deref(),
+                pod_spec: changes.pod_spec.as_deref(),
+                action_results: action.map(|a| &a.results),
+                action_messages: (action.into_iter())
+                    .flat_map(|a| a.failure.iter().chain(&a.log).map(String::as_str))
+                    .collect(),
+            },
+        )
     }
 }
 

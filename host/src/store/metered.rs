@@ -11,9 +11,10 @@ use tokio::time::Instant;
 
 use charm_model::tx::ModelTx;
 
+use super::state::Failure;
 use super::{
     BoxFuture, Claim, CommitError, CommitFuture, HookCommit, Lease, LeaseError, LeaseFuture,
-    LeaseStore, StateStore, Step, StepOp, Store, StoreError, StoreFuture, Verdict,
+    LeaseStore, StateStore, Step, StepOp, Store, StoreFuture, Verdict,
 };
 use crate::metrics::StoreMetrics;
 use prometheus_client::metrics::histogram::Histogram;
@@ -75,7 +76,7 @@ impl MeteredStore {
     }
 
     /// Runs `request`, then counts it as `operation`.
-    fn timed<'a, T: Send + 'a, E: FailureKind + Send + 'a>(
+    fn timed<'a, T: Send + 'a, E: Failure + Send + 'a>(
         &'a self,
         operation: &'static str,
         request: BoxFuture<'a, Result<T, E>>,
@@ -88,7 +89,7 @@ impl MeteredStore {
         })
     }
 
-    fn record<E: FailureKind>(&self, operation: &'static str, took: Duration, error: Option<&E>) {
+    fn record<E: Failure>(&self, operation: &'static str, took: Duration, error: Option<&E>) {
         match self.durations.get(operation) {
             Some(histogram) => histogram.observe(took.as_secs_f64()),
             None => self
@@ -102,24 +103,7 @@ impl MeteredStore {
     }
 }
 
-/// A failure's kind, as a label value.
-trait FailureKind {
-    fn kind(&self) -> &'static str;
-}
-
-impl FailureKind for StoreError {
-    fn kind(&self) -> &'static str {
-        StoreError::kind(self)
-    }
-}
-
-impl FailureKind for CommitError {
-    fn kind(&self) -> &'static str {
-        CommitError::kind(self)
-    }
-}
-
-impl FailureKind for LeaseError {
+impl Failure for LeaseError {
     fn kind(&self) -> &'static str {
         match self {
             LeaseError::Unavailable(_) => "unavailable",
@@ -130,7 +114,7 @@ impl FailureKind for LeaseError {
 /// An operation that failed, by the kind its verdict gave.
 struct Aborted(&'static str);
 
-impl FailureKind for Aborted {
+impl Failure for Aborted {
     fn kind(&self) -> &'static str {
         self.0
     }
@@ -204,7 +188,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use crate::model::{ApplicationRecord, Changes, CharmMetadata};
-    use crate::store::{Fence, MemoryStore};
+    use crate::store::{Fence, MemoryStore, StoreError};
 
     #[tokio::test]
     async fn requests_are_timed_and_failures_counted_by_operation() {

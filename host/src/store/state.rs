@@ -634,8 +634,9 @@ where
     answer.expect("a store's step runs its operation")
 }
 
-/// An operation's error, by kind.
-trait Failure {
+/// An error, by its kind in a word: a metric's label.
+pub(crate) trait Failure {
+    /// The kind.
     fn kind(&self) -> &'static str;
 }
 

@@ -34,33 +34,28 @@ pub(crate) struct Writes {
 impl Hook {
     /// The host's limits on what one hook writes, checked as its commit checks them.
     pub(crate) fn check_limits(&self) -> std::result::Result<(), charm_model::limits::LimitError> {
-        use charm_model::limits::{HookWrites, check};
+        use charm_model::limits::{HookBags, HookWrites, check};
         let w = &self.writes;
-        let mut bags: Vec<(String, &BagWrites)> = Vec::new();
-        for (id, writes) in &w.unit_bags {
-            bags.push((format!("relation {id} unit bag setting"), writes));
-        }
-        for (id, writes) in &w.app_bags {
-            bags.push((format!("relation {id} application bag setting"), writes));
-        }
-        bags.push(("leader setting".into(), &w.leader_data));
-        bags.push(("stored state".into(), &w.stored));
-        let action = self.action.as_ref();
-        check(&HookWrites {
-            bags,
-            status_messages: w
-                .unit_status
-                .iter()
-                .chain(&w.app_status)
-                .map(Status::message)
-                .collect(),
-            workload_version: w.workload_version.as_deref(),
-            pod_spec: w.pod_spec.as_ref(),
-            action_results: action.map(|a| &a.results),
-            action_messages: action
-                .map(|a| a.failure.iter().chain(&a.log).map(String::as_str).collect())
-                .unwrap_or_default(),
-        })?;
+        check(&HookWrites::of(
+            HookBags {
+                unit_bags: &w.unit_bags,
+                app_bags: &w.app_bags,
+                leader_data: &w.leader_data,
+                stored: &w.stored,
+            },
+            HookWrites {
+                bags: Vec::new(),
+                status_messages: (w.unit_status.iter().chain(&w.app_status))
+                    .map(Status::message)
+                    .collect(),
+                workload_version: w.workload_version.as_deref(),
+                pod_spec: w.pod_spec.as_ref(),
+                action_results: self.action.as_ref().map(|a| &a.results),
+                action_messages: (self.action.iter())
+                    .flat_map(|a| a.failure.iter().chain(&a.log).map(String::as_str))
+                    .collect(),
+            },
+        ))?;
         let state = &self.snapshot;
         let relation = |id: &u32| state.relations.iter().find(|r| r.id == *id);
         let unit_bags = w
