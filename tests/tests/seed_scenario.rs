@@ -165,7 +165,7 @@ async fn a_bad_bundle_is_refused_with_its_line_before_anything_runs() {
         (
             good.replace("postgresql:db\"", "discourse:db\""),
             ":10:",
-            "no matching endpoints",
+            "an application is not related to itself",
         ),
         (
             good.replace(
