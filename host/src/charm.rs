@@ -746,6 +746,7 @@ fn convert_metadata(meta: bindings::types::Metadata) -> Result<CharmMetadata, St
         .map(|a| ActionMeta {
             name: a.name,
             description: a.description,
+            params: Vec::new(),
         })
         .collect();
     Ok(CharmMetadata {

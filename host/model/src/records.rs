@@ -207,12 +207,32 @@ pub struct ConfigOptionMeta {
 }
 
 /// An action a charm declares.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActionMeta {
     /// Its name.
     pub name: String,
     /// What it does.
     pub description: String,
+    /// Its parameters (none for a charm built before parameters were declared).
+    #[serde(default)]
+    pub params: Vec<ActionParamMeta>,
+}
+
+/// A parameter an action declares: typed, and either required or with a default (a
+/// parameter that is neither may be left out, and the action then does without it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActionParamMeta {
+    /// Its name.
+    pub name: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub kind: OptionType,
+    /// What it is for.
+    pub description: String,
+    /// Its value when the operator gives none.
+    pub default: Option<ConfigValue>,
+    /// Whether the operator must give it (only meaningful without a default).
+    pub required: bool,
 }
 
 /// What a charm declares, as read from its component.
