@@ -49,7 +49,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -104,6 +104,8 @@ const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 #[derive(Debug)]
 pub struct SqliteStore {
     model: String,
+    /// The file; `None` in memory.
+    path: Option<PathBuf>,
     conn: Mutex<Connection>,
     configs: ConfigMemo,
     specs: EncodedSpecs,
@@ -247,7 +249,14 @@ impl SqliteStore {
     /// schema. Refuses, without writing anything, a file that is not a SQLite database
     /// ([`StoreError::Corrupt`]), one written by a newer host, by another program or for
     /// another model ([`StoreError::Incompatible`]).
+    ///
+    /// A file it cannot write (a full disk, a read-only file system, no permission) is
+    /// [`StoreError::Unavailable`] saying which, here and at any later write.
     pub fn open(path: &Path, model: &str) -> Result<Self, StoreError> {
+        Self::open_file(path, model).map_err(|e| diagnosed(path, e))
+    }
+
+    fn open_file(path: &Path, model: &str) -> Result<Self, StoreError> {
         let checked = !check_header(path)? || probe(path)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
@@ -269,7 +278,9 @@ impl SqliteStore {
                 path.display()
             )));
         }
-        Self::prepare(conn, model)
+        let mut store = Self::prepare(conn, model)?;
+        store.path = Some(path.to_owned());
+        Ok(store)
     }
 
     /// A store in this process's memory, with the same schema and transactions as a file.
@@ -293,6 +304,7 @@ impl SqliteStore {
         bind_model(&mut conn, model)?;
         Ok(SqliteStore {
             model: model.to_string(),
+            path: None,
             conn: Mutex::new(conn),
             configs: ConfigMemo::default(),
             specs: EncodedSpecs::default(),
@@ -408,6 +420,58 @@ fn check_version(path: &Path, version: i32, tables: i64) -> Result<(), StoreErro
         )));
     }
     Ok(())
+}
+
+/// `e` with its cause when SQLite's own words leave it out: SQLite says "disk I/O error"
+/// for a full disk as often as "database or disk is full", and "attempt to write a
+/// readonly database" whether the file, its directory or the file system is read-only.
+/// Asked only once something has failed.
+fn diagnosed(path: &Path, e: StoreError) -> StoreError {
+    let StoreError::Unavailable(message) = &e else {
+        return e;
+    };
+    let why = match std::fs::OpenOptions::new().append(true).open(path) {
+        Err(e) if e.raw_os_error() == Some(EROFS) => "its file system is mounted read-only",
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            "this user may not write it (permission denied)"
+        }
+        _ if disk_is_full(path) => "the disk holding it is full (no space left on device)",
+        _ => return e,
+    };
+    let shown = path.display().to_string();
+    let message = message
+        .strip_prefix(&shown)
+        .and_then(|m| m.strip_prefix(": "))
+        .unwrap_or(message);
+    StoreError::Unavailable(format!("{shown} cannot be written: {why}: {message}"))
+}
+
+/// Linux's "read-only file system".
+const EROFS: i32 = 30;
+/// Linux's "no space left on device".
+const ENOSPC: i32 = 28;
+
+/// Whether one more page beside `path` fails for want of space: the test SQLite would
+/// have needed, without a statvfs binding. The probe file is removed.
+fn disk_is_full(path: &Path) -> bool {
+    use std::io::Write;
+    let Some(dir) = path.parent() else {
+        return false;
+    };
+    let probe = dir.join(format!(
+        ".{}-space-probe-{}",
+        path.file_name().map_or_else(Default::default, |n| n.to_string_lossy()),
+        std::process::id()
+    ));
+    let full = match std::fs::File::create(&probe) {
+        Ok(mut file) => file
+            .write_all(&[0; 4096])
+            .and_then(|()| file.sync_all())
+            .is_err_and(|e| e.raw_os_error() == Some(ENOSPC)),
+        Err(e) => e.raw_os_error() == Some(ENOSPC),
+    };
+    let _ = std::fs::remove_file(&probe);
+    full
 }
 
 fn open_err(path: &Path, e: rusqlite::Error) -> StoreError {
@@ -1512,7 +1576,13 @@ impl StateStore for SqliteStore {
     }
 
     fn step<'a>(&'a self, step: Step<'a>, op: &'a mut StepOp<'a>) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.transaction(step.writes, op) })
+        Box::pin(async move {
+            self.transaction(step.writes, op)
+                .map_err(|e| match (&self.path, step.writes) {
+                    (Some(path), true) => diagnosed(path, e),
+                    _ => e,
+                })
+        })
     }
 }
 
