@@ -519,8 +519,9 @@ fn inspect(path: &std::path::Path, format: Format) -> Result<()> {
         outln!("{}", serde_json::to_string_pretty(meta)?);
         return Ok(());
     }
-    outln!("Charm    {}", meta.name);
-    outln!("Summary  {}", meta.summary);
+    outln!("Charm     {}", meta.name);
+    outln!("Summary   {}", meta.summary);
+    outln!("Contract  juju:charm@{}", charm.contract_version().as_str());
     outln!();
     let mut rows = vec![vec![
         "Endpoint".to_string(),
@@ -561,6 +562,35 @@ fn inspect(path: &std::path::Path, format: Format) -> Result<()> {
         let mut rows = vec![vec!["Action".to_string(), "Description".into()]];
         for a in &meta.actions {
             rows.push(vec![a.name.clone(), a.description.clone()]);
+        }
+        print_table(&rows);
+    }
+    if meta.actions.iter().any(|a| !a.params.is_empty()) {
+        outln!();
+        let mut rows = vec![vec![
+            "Action".to_string(),
+            "Parameter".into(),
+            "Type".into(),
+            "Default".into(),
+            "Required".into(),
+            "Description".into(),
+        ]];
+        for a in &meta.actions {
+            for p in &a.params {
+                let default = p
+                    .default
+                    .as_ref()
+                    .map(|d| serde_json::to_string(d).unwrap_or_default())
+                    .unwrap_or_default();
+                rows.push(vec![
+                    a.name.clone(),
+                    p.name.clone(),
+                    p.kind.as_str().into(),
+                    default,
+                    if p.required { "yes" } else { "no" }.into(),
+                    p.description.clone(),
+                ]);
+            }
         }
         print_table(&rows);
     }
