@@ -46,6 +46,7 @@ pub mod log;
 mod metadata;
 mod model;
 pub mod pod;
+pub mod random;
 mod relation;
 mod status;
 #[cfg(not(target_family = "wasm"))]

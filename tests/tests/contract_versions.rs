@@ -120,3 +120,20 @@ fn a_component_of_neither_world_is_refused_naming_the_versions_run() {
         "{text}"
     );
 }
+
+#[test]
+fn the_postgresql_leader_draws_its_password_from_the_hosts_secure_source() {
+    let ctx = WasmContext::new(&runtime(), guests::POSTGRESQL);
+    let password = || {
+        let out = ctx.run(Event::LeaderElected, State::default().leader(true));
+        assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
+        out.state.leader_data["password"].clone()
+    };
+    let (first, second) = (password(), password());
+    for p in [&first, &second] {
+        assert_eq!(p.len(), 32, "{p}");
+        assert!(p.bytes().all(|b| b.is_ascii_hexdigit()), "{p}");
+    }
+    // 128 bits each: equal only if the source repeats itself.
+    assert_ne!(first, second);
+}
