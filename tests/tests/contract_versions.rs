@@ -137,3 +137,47 @@ fn the_postgresql_leader_draws_its_password_from_the_hosts_secure_source() {
     // 128 bits each: equal only if the source repeats itself.
     assert_ne!(first, second);
 }
+
+#[test]
+fn inspect_shows_the_contract_version_and_the_action_parameters() {
+    let inspect = |path: &str| {
+        let out = std::process::Command::new(charm_tests::charm_host_binary())
+            .args(["inspect", path])
+            .output()
+            .expect("charm-host runs");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), stdout, stderr)
+    };
+    let (ok, kv, stderr) = inspect(guests::KV);
+    assert!(ok, "{stderr}");
+    assert!(kv.contains("Contract  juju:charm@0.2.0"), "{kv}");
+    let rows: Vec<Vec<&str>> = kv
+        .lines()
+        .skip_while(|l| !l.starts_with("Action  Parameter"))
+        .map(|l| l.split_whitespace().take(5).collect())
+        .collect();
+    assert_eq!(
+        rows[..3],
+        [
+            vec!["Action", "Parameter", "Type", "Default", "Required"],
+            vec!["put", "key", "string", "yes", "The"],
+            vec!["put", "value", "string", "yes", "The"],
+        ],
+        "{kv}"
+    );
+
+    let (ok, old, stderr) = inspect(guests::CONTRACT_V0_1);
+    assert!(ok, "{stderr}");
+    assert!(old.contains("Contract  juju:charm@0.1.0"), "{old}");
+    assert!(old.contains("ping    Answers pong"), "{old}");
+    assert!(!old.contains("Parameter"), "{old}");
+
+    let (ok, _, stderr) = inspect(guests::CONTRACT_UNKNOWN);
+    assert!(!ok, "a 9.9.9 component was inspected");
+    assert!(
+        stderr.contains("at a version this host runs (0.1.0, 0.2.0)")
+            && stderr.contains("contract version \"9.9.9\" is not one this host runs"),
+        "{stderr}"
+    );
+}
