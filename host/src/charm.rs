@@ -1003,6 +1003,118 @@ mod tests {
         assert_eq!(count(&slots), (1, 0));
     }
 
+    fn with_params(params: Vec<types::ActionParam>) -> types::Metadata {
+        types::Metadata {
+            name: "kv".into(),
+            summary: String::new(),
+            relations: Vec::new(),
+            config: Vec::new(),
+            actions: vec![types::ActionMeta {
+                name: "put".into(),
+                description: String::new(),
+                params,
+            }],
+        }
+    }
+
+    fn param(
+        name: &str,
+        kind: types::OptionType,
+        default: Option<types::ConfigValue>,
+    ) -> types::ActionParam {
+        types::ActionParam {
+            name: name.into(),
+            kind,
+            description: format!("the {name}"),
+            default,
+            required: false,
+        }
+    }
+
+    #[test]
+    fn action_parameters_are_read_typed_with_their_defaults() {
+        let meta = with_params(vec![
+            types::ActionParam {
+                required: true,
+                ..param("key", types::OptionType::String, None)
+            },
+            // An int default of a float parameter is widened, as for config options.
+            param(
+                "ratio",
+                types::OptionType::Float,
+                Some(types::ConfigValue::Int(1)),
+            ),
+        ]);
+        let meta = convert_metadata(meta).unwrap();
+        let params = &meta.actions[0].params;
+        assert_eq!(
+            params[0],
+            ActionParamMeta {
+                name: "key".into(),
+                kind: OptionType::String,
+                description: "the key".into(),
+                default: None,
+                required: true,
+            }
+        );
+        assert_eq!(params[1].kind, OptionType::Float);
+        assert_eq!(params[1].default, Some(ConfigValue::Float(1.0)));
+    }
+
+    #[test]
+    fn bad_action_parameters_refuse_the_metadata_naming_them() {
+        let mistyped = with_params(vec![param(
+            "ttl",
+            types::OptionType::Int,
+            Some(types::ConfigValue::String("soon".into())),
+        )]);
+        let why = convert_metadata(mistyped).unwrap_err();
+        assert_eq!(
+            why,
+            "action \"put\" parameter \"ttl\": default is not a int"
+        );
+        let twice = with_params(vec![
+            param("key", types::OptionType::String, None),
+            param("key", types::OptionType::Int, None),
+        ]);
+        let why = convert_metadata(twice).unwrap_err();
+        assert_eq!(why, "action \"put\" parameter \"key\" is declared twice");
+        let unnamed = with_params(vec![param("", types::OptionType::String, None)]);
+        let why = convert_metadata(unnamed).unwrap_err();
+        assert_eq!(why, "action \"put\": a parameter has an empty name");
+    }
+
+    #[test]
+    fn a_0_1_0_charms_actions_declare_no_parameters() {
+        use bindings::v0_1::types as then;
+        let meta = metadata_from_v0_1(then::Metadata {
+            name: "old".into(),
+            summary: "s".into(),
+            relations: vec![then::RelationMeta {
+                name: "db".into(),
+                role: then::RelationRole::Requires,
+                interface: "pgsql".into(),
+                limit: Some(1),
+            }],
+            config: vec![then::ConfigOption {
+                name: "port".into(),
+                kind: then::OptionType::Int,
+                default: Some(then::ConfigValue::Int(5432)),
+                description: "d".into(),
+            }],
+            actions: vec![then::ActionMeta {
+                name: "ping".into(),
+                description: "p".into(),
+            }],
+        });
+        let meta = convert_metadata(meta).unwrap();
+        assert_eq!(meta.relations[0].role, RelationRole::Requires);
+        assert_eq!(meta.relations[0].limit, Some(1));
+        assert_eq!(meta.config[0].default, Some(ConfigValue::Int(5432)));
+        assert_eq!(meta.actions[0].name, "ping");
+        assert!(meta.actions[0].params.is_empty());
+    }
+
     #[test]
     fn slots_given_back_with_nobody_waiting_are_free_again() {
         let slots = HookSlots::new(2);
