@@ -548,9 +548,17 @@ impl UnitAgent {
                     action: Some(output),
                     ..Default::default()
                 };
-                match self.store.commit(&self.unit, seq, &failed, None).await {
+                // Under the hook's own fence, so the unit's leader-elected record stays.
+                match self
+                    .store
+                    .commit(&self.unit, seq, &failed, fence.as_ref())
+                    .await
+                {
                     Ok(committed) => Ok(committed),
                     Err(CommitError::NotQueued { .. }) => Ok(Committed::default()),
+                    Err(e @ CommitError::Fenced { .. }) => {
+                        Err(Failure::Transient(HookResultKind::Fenced, e.to_string()))
+                    }
                     Err(e) => Err(Failure::Transient(
                         HookResultKind::StoreUnavailable,
                         e.to_string(),

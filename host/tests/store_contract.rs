@@ -2520,7 +2520,10 @@ async fn actions_are_recorded_with_their_hook_and_end_in_its_commit(store: &dyn 
     assert_eq!(action.state, ActionState::Pending);
     assert_eq!(action.enqueued_ms, 1_000);
     // The hook is queued in the same step, its parameters the typed JSON object.
-    assert_eq!(store.queued("kv/0").await.unwrap(), [queued.queued.clone()]);
+    assert_eq!(
+        store.queued("kv/0").await.unwrap(),
+        std::slice::from_ref(&queued.queued)
+    );
     let Hook::Action { id, name, params } = &queued.queued.hook else {
         panic!("not an action hook: {:?}", queued.queued);
     };
@@ -3246,9 +3249,14 @@ mod sqlite_only {
         assert_eq!(user_version(&path), 1);
 
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 4);
+        assert_eq!(user_version(&path), 5);
         let snap = store.snapshot("web/0").await.unwrap();
         assert_eq!(snap.stored["k"], "v", "version 1 data was lost");
+        assert_eq!(
+            store.action(1).await.unwrap_err(),
+            StoreError::NotFound("action 1".into()),
+            "a migrated file has no actions"
+        );
         assert_eq!(snap.elected_term, None);
         assert_eq!(store.queued("web/0").await.unwrap(), []);
         assert_eq!(
@@ -3318,7 +3326,7 @@ mod sqlite_only {
         // Reopening a current file migrates nothing and keeps the queues.
         drop(store);
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 4);
+        assert_eq!(user_version(&path), 5);
         assert_eq!(store.queued("web/0").await.unwrap(), queued[1..]);
         assert_eq!(store.queued("web/1").await.unwrap(), deployed);
     }
@@ -3336,7 +3344,8 @@ mod sqlite_only {
         };
         assert!(!before.relations.is_empty());
         {
-            // What a version 2 host left: no index, no `dying` columns and no logs (version 4).
+            // What a version 2 host left: no index, no `dying` columns and no logs (version 4),
+            // no actions (version 5).
             let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch(
                 "DROP TABLE relation_apps;
@@ -3344,12 +3353,13 @@ mod sqlite_only {
                  ALTER TABLE units DROP COLUMN dying;
                  ALTER TABLE relations DROP COLUMN dying;
                  DROP TABLE unit_logs;
+                 DROP TABLE actions;
                  PRAGMA user_version = 2;",
             )
             .unwrap();
         }
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 4);
+        assert_eq!(user_version(&path), 5);
         assert_eq!(store.snapshot("web/0").await.unwrap(), before);
         let fence = hold(&store, "web", "web/0", LONG).await;
         let committed = store

@@ -30,6 +30,12 @@
 //! another host (relation-changed after a remote unit wrote its bag, leader-settings-changed
 //! after a new leader wrote its settings) wakes the unit's agent at once.
 //!
+//! # Actions
+//!
+//! Each action is one key, `actions/<id>` (the id zero-padded, so keys sort by id), and
+//! `next-action` holds the last id given. Starting an action reads and compares that key,
+//! so two operators starting actions at once never get the same id.
+//!
 //! # Limits
 //!
 //! etcd refuses transactions of more than `--max-txn-ops` operations (128 by default). A
