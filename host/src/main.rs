@@ -195,6 +195,13 @@ enum Command {
     ShowUnit(cli::show_unit::ShowUnitArgs),
     /// Retries a unit's failed hook (or skips it with --no-retry), as `juju resolved`.
     Resolved(cli::resolved::ResolvedArgs),
+    /// Runs an action on a unit, its parameters checked against the charm's declaration
+    /// first; --wait prints its results.
+    RunAction(cli::actions::RunActionArgs),
+    /// Shows an action: its parameters, status, results, failure and log.
+    ShowAction(cli::actions::ShowActionArgs),
+    /// Lists the actions an application's charm declares, with their parameters.
+    Actions(cli::actions::ActionsArgs),
     /// Prints what charms logged (the log import, stdout and stderr), with unit, hook and
     /// time; --follow keeps printing.
     DebugLog(cli::debug_log::DebugLogArgs),
@@ -338,6 +345,9 @@ fn main() -> Result<()> {
         Command::DebugLog(args) => block_on(cli::debug_log::run(args)),
         Command::ShowUnit(args) => block_on(cli::show_unit::run(args)),
         Command::Resolved(args) => block_on(cli::resolved::run(args)),
+        Command::RunAction(args) => block_on(cli::actions::run_action(args)),
+        Command::ShowAction(args) => block_on(cli::actions::show_action(args)),
+        Command::Actions(args) => block_on(cli::actions::actions(args)),
         Command::Sim(SimCommand::Leadership {
             seed,
             units,
