@@ -13,6 +13,8 @@ const GUESTS: &[&str] = &[
     "other-world",
     "empty",
     "hostile",
+    "contract-v0-1",
+    "contract-unknown",
 ];
 
 fn main() {

@@ -455,12 +455,22 @@ impl UnitAgent {
             }
             None => (None, None),
         };
+        let action = action_id(hook);
+        if let Some(id) = action {
+            // Best effort: the hook's commit records the action's end either way.
+            if let Err(e) = self.store.start_action(id, now_ms()).await {
+                tracing::debug!(unit = %self.unit, action = id, "action not marked running: {e}");
+            }
+        }
         let mut run = self
             .executor
             .execute(snapshot, fence.clone(), guarantee.clone(), hook.clone())
             .await;
         if *hook == Hook::LeaderElected {
             run.changes.elected_term = fence.as_ref().map(|f| f.term);
+        }
+        if action.is_some() {
+            run.changes.action.get_or_insert_default().ended_ms = Some(now_ms());
         }
         self.keep_logs(hook, &run).await;
         let refused_not_leader = run.leadership_refusals > 0;
@@ -526,6 +536,37 @@ impl UnitAgent {
                 Err(Failure::Charm(why.to_string()))
             }
         };
+        // A failed action hook fails its action, as Juju's does, and leaves the queue: the
+        // unit does not go into error, and none of the hook's writes apply, but what the
+        // action reported before it failed is kept with the failure.
+        let result = match (result, action) {
+            (Err(Failure::Charm(why)), Some(_)) => {
+                (record.result, record.outcome) = (HookResultKind::CharmFailed, why.clone());
+                let mut output = run.changes.action.take().unwrap_or_default();
+                output.failure = Some(why);
+                let failed = crate::model::Changes {
+                    action: Some(output),
+                    ..Default::default()
+                };
+                // Under the hook's own fence, so the unit's leader-elected record stays.
+                match self
+                    .store
+                    .commit(&self.unit, seq, &failed, fence.as_ref())
+                    .await
+                {
+                    Ok(committed) => Ok(committed),
+                    Err(CommitError::NotQueued { .. }) => Ok(Committed::default()),
+                    Err(e @ CommitError::Fenced { .. }) => {
+                        Err(Failure::Transient(HookResultKind::Fenced, e.to_string()))
+                    }
+                    Err(e) => Err(Failure::Transient(
+                        HookResultKind::StoreUnavailable,
+                        e.to_string(),
+                    )),
+                }
+            }
+            (result, _) => result,
+        };
         match result {
             Ok(committed) => {
                 record.pod_spec_revision = committed.receipt.pod_spec_revision;
@@ -566,9 +607,7 @@ impl UnitAgent {
         if run.logs.is_empty() && run.output.is_empty() {
             return;
         }
-        let at_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let at_ms = now_ms();
         let line = |level: &str, message: &str| LogRecord {
             seq: 0,
             unit: self.unit.clone(),
@@ -612,6 +651,21 @@ impl UnitAgent {
     fn min_remaining(&self) -> Duration {
         self.charm_margin() * 2
     }
+}
+
+/// The id of the action whose hook `hook` is, if it is one the model recorded.
+fn action_id(hook: &Hook) -> Option<u64> {
+    match hook {
+        Hook::Action { id, .. } => id.parse().ok(),
+        _ => None,
+    }
+}
+
+/// Now, in milliseconds since the UNIX epoch.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn to_event(hook: &Hook) -> wit::Event {

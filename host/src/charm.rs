@@ -14,7 +14,9 @@ use std::time::Duration;
 use charm_model::leadership::hook_may_continue;
 use tokio::time::Instant;
 use wasmtime::component::types::ComponentItem;
-use wasmtime::component::{Component, ComponentExportIndex, HasSelf, Linker, TypedFunc};
+use wasmtime::component::{
+    Component, ComponentExportIndex, HasSelf, InstancePre, Linker, TypedFunc,
+};
 use wasmtime::{
     Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
 };
@@ -22,8 +24,8 @@ use wasmtime::{
 use crate::bindings::{self, Charm as CharmBindings, CharmPre, types};
 use crate::context::{HookContext, Interruption, LogLine};
 use crate::model::{
-    ActionMeta, Changes, CharmMetadata, ConfigOptionMeta, ConfigValue, EndpointMeta, OptionType,
-    RelationRole, UnitSnapshot,
+    ActionMeta, ActionParamMeta, Changes, CharmMetadata, ConfigOptionMeta, ConfigValue,
+    EndpointMeta, OptionType, RelationRole, UnitSnapshot,
 };
 use crate::store::Fence;
 
@@ -39,8 +41,44 @@ const CHARM_INTERFACES: &[&str] = &[
     "state",
     "action",
 ];
-/// The package and version this host speaks.
-pub const WIT_PACKAGE: &str = "juju:charm@0.1.0";
+/// The package and version of the current contract, which the SDK builds charms against.
+pub const WIT_PACKAGE: &str = "juju:charm@0.2.0";
+/// Every contract version this host runs, oldest first.
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0", "0.2.0"];
+
+/// The version of the contract a charm was built against; it decides which world's
+/// bindings read its metadata and which imports it links to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ContractVersion {
+    /// `juju:charm@0.1.0`, frozen: actions without declared parameters.
+    V0_1,
+    /// `juju:charm@0.2.0`, the current one: actions declare typed parameters.
+    V0_2,
+}
+
+impl ContractVersion {
+    /// The version as the WIT package spells it, such as `0.2.0`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContractVersion::V0_1 => "0.1.0",
+            ContractVersion::V0_2 => "0.2.0",
+        }
+    }
+
+    fn parse(version: &str) -> Option<Self> {
+        match version {
+            "0.1.0" => Some(ContractVersion::V0_1),
+            "0.2.0" => Some(ContractVersion::V0_2),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ContractVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 /// The largest charm file loaded: a Rust charm is a few hundred KiB to a few MiB, and
 /// compiling one costs memory and time in proportion.
 pub const CHARM_SIZE_MAX: u64 = 32 << 20;
@@ -91,8 +129,11 @@ pub enum LoadError {
         /// The file.
         path: PathBuf,
     },
-    /// The component is not a charm of our world.
-    #[error("{path}: not a charm of world `{WIT_PACKAGE}/charm`: {reason}")]
+    /// The component is not a charm of our world, at any version this host runs.
+    #[error(
+        "{path}: not a charm of world `juju:charm/charm` at a version this host runs ({}): {reason}",
+        SUPPORTED_VERSIONS.join(", ")
+    )]
     WrongWorld {
         /// The file.
         path: PathBuf,
@@ -257,7 +298,13 @@ impl CharmRuntime {
         let engine = Engine::new(&wasm)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        // Every supported version's imports, side by side: their instance names differ by
+        // version, and each component links to the ones it was built against.
         CharmBindings::add_to_linker::<HookContext, HasSelf<HookContext>>(&mut linker, |ctx| ctx)?;
+        bindings::v0_1::Charm::add_to_linker::<HookContext, HasSelf<HookContext>>(
+            &mut linker,
+            |ctx| ctx,
+        )?;
         let weak = engine.weak();
         std::thread::Builder::new()
             .name("epoch-ticker".into())
@@ -328,23 +375,17 @@ impl CharmRuntime {
             _ => return Err(LoadError::NotWasm { path }),
         }
         let (component, loaded_from, entry) = self.compile(&path, bytes)?;
-        check_world(&self.engine, &component).map_err(|reason| LoadError::WrongWorld {
+        let wrong_world = |reason| LoadError::WrongWorld {
             path: path.clone(),
             reason,
-        })?;
-        let instance_pre =
-            self.linker
-                .instantiate_pre(&component)
-                .map_err(|e| LoadError::WrongWorld {
-                    path: path.clone(),
-                    reason: format!("{e:#}"),
-                })?;
-        let pre = CharmPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
-            path: path.clone(),
-            reason: format!("{e:#}"),
-        })?;
+        };
+        let imported = check_world(&self.engine, &component).map_err(wrong_world)?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| wrong_world(format!("{e:#}")))?;
+        let contract = contract_of(imported, &pre).map_err(wrong_world)?;
         let handle_hook = pre
-            .instance_pre()
             .component()
             .get_export_index(None, "handle-hook")
             .ok_or_else(|| LoadError::WrongWorld {
@@ -354,6 +395,7 @@ impl CharmRuntime {
         let mut charm = Charm {
             runtime: self.clone(),
             pre,
+            contract,
             handle_hook,
             // Filled in from the charm's own `metadata` export just below.
             metadata: Arc::default(),
@@ -402,8 +444,9 @@ impl CharmRuntime {
 }
 
 /// Checks a component's imports and exports against the `charm` world, naming what is
-/// missing or foreign.
-fn check_world(engine: &Engine, component: &Component) -> Result<(), String> {
+/// missing or foreign. The answer is the contract version its imports name, if they name
+/// one: a charm built against one version imports only that version's interfaces.
+fn check_world(engine: &Engine, component: &Component) -> Result<Option<ContractVersion>, String> {
     let ty = component.component_type();
     let mut problems = Vec::new();
     for name in EXPORTS {
@@ -413,23 +456,69 @@ fn check_world(engine: &Engine, component: &Component) -> Result<(), String> {
             None => problems.push(format!("missing export `{name}`")),
         }
     }
+    let mut versions = std::collections::BTreeSet::new();
     for (name, _) in ty.imports(engine) {
-        let ours = name
-            .strip_prefix("juju:charm/")
-            .and_then(|rest| rest.split_once('@'))
-            .is_some_and(|(iface, version)| {
-                CHARM_INTERFACES.contains(&iface) && version == "0.1.0"
-            });
-        if !ours && !name.starts_with("wasi:") {
+        if let Some(rest) = name.strip_prefix("juju:charm/") {
+            let (iface, version) = rest.split_once('@').unwrap_or((rest, ""));
+            match ContractVersion::parse(version) {
+                Some(v) if CHARM_INTERFACES.contains(&iface) => {
+                    versions.insert(v);
+                }
+                Some(_) => problems.push(format!(
+                    "imports `{name}`, which this host does not provide"
+                )),
+                None => problems.push(format!(
+                    "imports `{name}`: contract version {version:?} is not one this host runs"
+                )),
+            }
+        } else if !name.starts_with("wasi:") {
             problems.push(format!(
                 "imports `{name}`, which this host does not provide"
             ));
         }
     }
+    if versions.len() > 1 {
+        problems.push(format!(
+            "imports interfaces of more than one contract version ({}); a charm is built \
+             against one",
+            versions
+                .iter()
+                .map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     if problems.is_empty() {
-        Ok(())
+        Ok(versions.into_iter().next())
     } else {
         Err(problems.join("; "))
+    }
+}
+
+/// The contract version of a component: the one its imports name, else (a charm that
+/// imports nothing of ours) the newest whose exports it matches. Either way its exports are
+/// checked against that version's world.
+fn contract_of(
+    imported: Option<ContractVersion>,
+    pre: &InstancePre<HookContext>,
+) -> Result<ContractVersion, String> {
+    let matches = |version| match version {
+        ContractVersion::V0_2 => CharmPre::new(pre.clone()).map(drop),
+        ContractVersion::V0_1 => bindings::v0_1::CharmPre::new(pre.clone()).map(drop),
+    };
+    match imported {
+        Some(version) => matches(version)
+            .map(|()| version)
+            .map_err(|e| format!("its exports do not match contract {version}: {e:#}")),
+        None => [ContractVersion::V0_2, ContractVersion::V0_1]
+            .into_iter()
+            .find(|&v| matches(v).is_ok())
+            .ok_or_else(|| {
+                format!(
+                    "its exports match the world of no contract version this host runs ({})",
+                    SUPPORTED_VERSIONS.join(", ")
+                )
+            }),
     }
 }
 
@@ -437,7 +526,9 @@ fn check_world(engine: &Engine, component: &Component) -> Result<(), String> {
 #[derive(Clone)]
 pub struct Charm {
     runtime: CharmRuntime,
-    pre: CharmPre<HookContext>,
+    pre: InstancePre<HookContext>,
+    /// The contract version the charm was built against.
+    contract: ContractVersion,
     /// Where `handle-hook` is among the component's exports. Its type is checked once, by
     /// the instance that reads the metadata when the charm loads; a hook's call then looks
     /// it up by index and checks nothing (see [`Charm::run_hook`]).
@@ -504,6 +595,11 @@ impl Charm {
         &self.metadata
     }
 
+    /// The contract version the charm was built against.
+    pub fn contract_version(&self) -> ContractVersion {
+        self.contract
+    }
+
     /// Whether the charm was compiled when it loaded or read from the cache.
     pub fn loaded_from(&self) -> LoadedFrom {
         self.loaded_from
@@ -524,8 +620,31 @@ impl Charm {
             what: "metadata() failed",
             source,
         };
+        let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld {
+            path: path.to_owned(),
+            reason: format!("{e:#}"),
+        };
         let instance = self.pre.instantiate(&mut store).map_err(wasm)?;
-        let meta = instance.call_metadata(&mut store).map_err(wasm)?;
+        let meta = match self.contract {
+            ContractVersion::V0_2 => CharmBindings::new(&mut store, &instance)
+                .map_err(wrong_world)?
+                .call_metadata(&mut store)
+                .map_err(wasm)?,
+            ContractVersion::V0_1 => metadata_from_v0_1(
+                bindings::v0_1::Charm::new(&mut store, &instance)
+                    .map_err(wrong_world)?
+                    .call_metadata(&mut store)
+                    .map_err(wasm)?,
+            ),
+        };
+        // Each version's `handle-hook` takes the same context and event (0.2.0 changed
+        // neither), so one typed call serves them all: checked here, once, structurally.
+        instance
+            .get_typed_func::<(&types::Context, &types::Event), (Result<(), String>,)>(
+                &mut store,
+                self.handle_hook,
+            )
+            .map_err(wrong_world)?;
         convert_metadata(meta).map_err(|reason| LoadError::Metadata {
             path: path.to_owned(),
             reason,
@@ -541,12 +660,12 @@ impl Charm {
         context: &types::Context,
         event: &types::Event,
     ) -> wasmtime::Result<Result<(), String>> {
-        let instance = self.pre.instance_pre().instantiate(&mut *store)?;
+        let instance = self.pre.instantiate(&mut *store)?;
         let func = instance
             .get_func(&mut *store, self.handle_hook)
             .ok_or_else(|| wasmtime::format_err!("the instance has no handle-hook export"))?;
-        // SAFETY: every instance comes from the same `InstancePre`, and `read_metadata`'s
-        // instance checked `handle-hook` against this signature when the charm loaded.
+        // SAFETY: every instance comes from the same `InstancePre`, and `read_metadata`
+        // checked `handle-hook` against this signature when the charm loaded.
         let typed = unsafe {
             TypedFunc::<(&types::Context, &types::Event), (Result<(), String>,)>::new_unchecked(
                 func,
@@ -688,6 +807,90 @@ fn truncate(mut s: String, max: usize) -> String {
     s
 }
 
+/// A 0.1.0 charm's metadata as 0.2.0 spells it: its actions declare no parameters.
+fn metadata_from_v0_1(meta: bindings::v0_1::types::Metadata) -> types::Metadata {
+    use bindings::v0_1::types as then;
+    let option_type = |kind| match kind {
+        then::OptionType::String => types::OptionType::String,
+        then::OptionType::Int => types::OptionType::Int,
+        then::OptionType::Float => types::OptionType::Float,
+        then::OptionType::Boolean => types::OptionType::Boolean,
+    };
+    let value = |v| match v {
+        then::ConfigValue::String(s) => types::ConfigValue::String(s),
+        then::ConfigValue::Int(i) => types::ConfigValue::Int(i),
+        then::ConfigValue::Float(f) => types::ConfigValue::Float(f),
+        then::ConfigValue::Boolean(b) => types::ConfigValue::Boolean(b),
+    };
+    types::Metadata {
+        name: meta.name,
+        summary: meta.summary,
+        relations: meta
+            .relations
+            .into_iter()
+            .map(|r| types::RelationMeta {
+                name: r.name,
+                role: match r.role {
+                    then::RelationRole::Provides => types::RelationRole::Provides,
+                    then::RelationRole::Requires => types::RelationRole::Requires,
+                    then::RelationRole::Peers => types::RelationRole::Peers,
+                },
+                interface: r.interface,
+                limit: r.limit,
+            })
+            .collect(),
+        config: meta
+            .config
+            .into_iter()
+            .map(|o| types::ConfigOption {
+                name: o.name,
+                kind: option_type(o.kind),
+                default: o.default.map(value),
+                description: o.description,
+            })
+            .collect(),
+        actions: meta
+            .actions
+            .into_iter()
+            .map(|a| types::ActionMeta {
+                name: a.name,
+                description: a.description,
+                params: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
+fn option_type(kind: types::OptionType) -> OptionType {
+    match kind {
+        types::OptionType::String => OptionType::String,
+        types::OptionType::Int => OptionType::Int,
+        types::OptionType::Float => OptionType::Float,
+        types::OptionType::Boolean => OptionType::Boolean,
+    }
+}
+
+/// A declared default, which must be of the declared type; `what` names it in the error.
+fn typed_default(
+    default: Option<types::ConfigValue>,
+    kind: OptionType,
+    what: impl FnOnce() -> String,
+) -> Result<Option<ConfigValue>, String> {
+    let default = default.map(|d| match d {
+        types::ConfigValue::String(s) => ConfigValue::String(s),
+        types::ConfigValue::Int(i) => ConfigValue::Int(i),
+        types::ConfigValue::Float(f) => ConfigValue::Float(f),
+        types::ConfigValue::Boolean(b) => ConfigValue::Boolean(b),
+    });
+    match default {
+        Some(d) => match d.coerce(kind) {
+            Some(d) => Ok(Some(d)),
+            None => Err(format!("{}: default is not a {}", what(), kind.as_str())),
+        },
+        None => Ok(None),
+    }
+}
+
 fn convert_metadata(meta: bindings::types::Metadata) -> Result<CharmMetadata, String> {
     use bindings::types as t;
     if meta.name.is_empty() {
@@ -712,27 +915,8 @@ fn convert_metadata(meta: bindings::types::Metadata) -> Result<CharmMetadata, St
     }
     let mut config = Vec::new();
     for o in meta.config {
-        let kind = match o.kind {
-            t::OptionType::String => OptionType::String,
-            t::OptionType::Int => OptionType::Int,
-            t::OptionType::Float => OptionType::Float,
-            t::OptionType::Boolean => OptionType::Boolean,
-        };
-        let default = o.default.map(|d| match d {
-            t::ConfigValue::String(s) => ConfigValue::String(s),
-            t::ConfigValue::Int(i) => ConfigValue::Int(i),
-            t::ConfigValue::Float(f) => ConfigValue::Float(f),
-            t::ConfigValue::Boolean(b) => ConfigValue::Boolean(b),
-        });
-        if let Some(d) = &default
-            && d.clone().coerce(kind).is_none()
-        {
-            return Err(format!(
-                "config option {:?}: default is not a {}",
-                o.name,
-                kind.as_str()
-            ));
-        }
+        let kind = option_type(o.kind);
+        let default = typed_default(o.default, kind, || format!("config option {:?}", o.name))?;
         config.push(ConfigOptionMeta {
             name: o.name,
             kind,
@@ -740,15 +924,41 @@ fn convert_metadata(meta: bindings::types::Metadata) -> Result<CharmMetadata, St
             description: o.description,
         });
     }
-    let actions = meta
-        .actions
-        .into_iter()
-        .map(|a| ActionMeta {
+    let mut actions = Vec::new();
+    let mut seen_actions = std::collections::BTreeSet::new();
+    for a in meta.actions {
+        if !seen_actions.insert(a.name.clone()) {
+            return Err(format!("action {:?} is declared twice", a.name));
+        }
+        let mut params = Vec::new();
+        let mut seen_params = std::collections::BTreeSet::new();
+        for p in a.params {
+            let what = || format!("action {:?} parameter {:?}", a.name, p.name);
+            if p.name.is_empty() {
+                return Err(format!(
+                    "action {:?}: a parameter has an empty name",
+                    a.name
+                ));
+            }
+            if !seen_params.insert(p.name.clone()) {
+                return Err(format!("{} is declared twice", what()));
+            }
+            let kind = option_type(p.kind);
+            let default = typed_default(p.default, kind, what)?;
+            params.push(ActionParamMeta {
+                name: p.name,
+                kind,
+                description: p.description,
+                default,
+                required: p.required,
+            });
+        }
+        actions.push(ActionMeta {
             name: a.name,
             description: a.description,
-            params: Vec::new(),
-        })
-        .collect();
+            params,
+        });
+    }
     Ok(CharmMetadata {
         name: meta.name,
         summary: meta.summary,
@@ -791,6 +1001,118 @@ mod tests {
             .expect("the waiting hook was not woken");
         waiter.join().unwrap();
         assert_eq!(count(&slots), (1, 0));
+    }
+
+    fn with_params(params: Vec<types::ActionParam>) -> types::Metadata {
+        types::Metadata {
+            name: "kv".into(),
+            summary: String::new(),
+            relations: Vec::new(),
+            config: Vec::new(),
+            actions: vec![types::ActionMeta {
+                name: "put".into(),
+                description: String::new(),
+                params,
+            }],
+        }
+    }
+
+    fn param(
+        name: &str,
+        kind: types::OptionType,
+        default: Option<types::ConfigValue>,
+    ) -> types::ActionParam {
+        types::ActionParam {
+            name: name.into(),
+            kind,
+            description: format!("the {name}"),
+            default,
+            required: false,
+        }
+    }
+
+    #[test]
+    fn action_parameters_are_read_typed_with_their_defaults() {
+        let meta = with_params(vec![
+            types::ActionParam {
+                required: true,
+                ..param("key", types::OptionType::String, None)
+            },
+            // An int default of a float parameter is widened, as for config options.
+            param(
+                "ratio",
+                types::OptionType::Float,
+                Some(types::ConfigValue::Int(1)),
+            ),
+        ]);
+        let meta = convert_metadata(meta).unwrap();
+        let params = &meta.actions[0].params;
+        assert_eq!(
+            params[0],
+            ActionParamMeta {
+                name: "key".into(),
+                kind: OptionType::String,
+                description: "the key".into(),
+                default: None,
+                required: true,
+            }
+        );
+        assert_eq!(params[1].kind, OptionType::Float);
+        assert_eq!(params[1].default, Some(ConfigValue::Float(1.0)));
+    }
+
+    #[test]
+    fn bad_action_parameters_refuse_the_metadata_naming_them() {
+        let mistyped = with_params(vec![param(
+            "ttl",
+            types::OptionType::Int,
+            Some(types::ConfigValue::String("soon".into())),
+        )]);
+        let why = convert_metadata(mistyped).unwrap_err();
+        assert_eq!(
+            why,
+            "action \"put\" parameter \"ttl\": default is not a int"
+        );
+        let twice = with_params(vec![
+            param("key", types::OptionType::String, None),
+            param("key", types::OptionType::Int, None),
+        ]);
+        let why = convert_metadata(twice).unwrap_err();
+        assert_eq!(why, "action \"put\" parameter \"key\" is declared twice");
+        let unnamed = with_params(vec![param("", types::OptionType::String, None)]);
+        let why = convert_metadata(unnamed).unwrap_err();
+        assert_eq!(why, "action \"put\": a parameter has an empty name");
+    }
+
+    #[test]
+    fn a_0_1_0_charms_actions_declare_no_parameters() {
+        use bindings::v0_1::types as then;
+        let meta = metadata_from_v0_1(then::Metadata {
+            name: "old".into(),
+            summary: "s".into(),
+            relations: vec![then::RelationMeta {
+                name: "db".into(),
+                role: then::RelationRole::Requires,
+                interface: "pgsql".into(),
+                limit: Some(1),
+            }],
+            config: vec![then::ConfigOption {
+                name: "port".into(),
+                kind: then::OptionType::Int,
+                default: Some(then::ConfigValue::Int(5432)),
+                description: "d".into(),
+            }],
+            actions: vec![then::ActionMeta {
+                name: "ping".into(),
+                description: "p".into(),
+            }],
+        });
+        let meta = convert_metadata(meta).unwrap();
+        assert_eq!(meta.relations[0].role, RelationRole::Requires);
+        assert_eq!(meta.relations[0].limit, Some(1));
+        assert_eq!(meta.config[0].default, Some(ConfigValue::Int(5432)));
+        assert_eq!(meta.actions[0].name, "ping");
+        assert!(meta.actions[0].params.is_empty());
     }
 
     #[test]

@@ -195,6 +195,13 @@ enum Command {
     ShowUnit(cli::show_unit::ShowUnitArgs),
     /// Retries a unit's failed hook (or skips it with --no-retry), as `juju resolved`.
     Resolved(cli::resolved::ResolvedArgs),
+    /// Runs an action on a unit, its parameters checked against the charm's declaration
+    /// first; --wait prints its results.
+    RunAction(cli::actions::RunActionArgs),
+    /// Shows an action: its parameters, status, results, failure and log.
+    ShowAction(cli::actions::ShowActionArgs),
+    /// Lists the actions an application's charm declares, with their parameters.
+    Actions(cli::actions::ActionsArgs),
     /// Prints what charms logged (the log import, stdout and stderr), with unit, hook and
     /// time; --follow keeps printing.
     DebugLog(cli::debug_log::DebugLogArgs),
@@ -338,6 +345,9 @@ fn main() -> Result<()> {
         Command::DebugLog(args) => block_on(cli::debug_log::run(args)),
         Command::ShowUnit(args) => block_on(cli::show_unit::run(args)),
         Command::Resolved(args) => block_on(cli::resolved::run(args)),
+        Command::RunAction(args) => block_on(cli::actions::run_action(args)),
+        Command::ShowAction(args) => block_on(cli::actions::show_action(args)),
+        Command::Actions(args) => block_on(cli::actions::actions(args)),
         Command::Sim(SimCommand::Leadership {
             seed,
             units,
@@ -519,8 +529,9 @@ fn inspect(path: &std::path::Path, format: Format) -> Result<()> {
         outln!("{}", serde_json::to_string_pretty(meta)?);
         return Ok(());
     }
-    outln!("Charm    {}", meta.name);
-    outln!("Summary  {}", meta.summary);
+    outln!("Charm     {}", meta.name);
+    outln!("Summary   {}", meta.summary);
+    outln!("Contract  juju:charm@{}", charm.contract_version().as_str());
     outln!();
     let mut rows = vec![vec![
         "Endpoint".to_string(),
@@ -561,6 +572,35 @@ fn inspect(path: &std::path::Path, format: Format) -> Result<()> {
         let mut rows = vec![vec!["Action".to_string(), "Description".into()]];
         for a in &meta.actions {
             rows.push(vec![a.name.clone(), a.description.clone()]);
+        }
+        print_table(&rows);
+    }
+    if meta.actions.iter().any(|a| !a.params.is_empty()) {
+        outln!();
+        let mut rows = vec![vec![
+            "Action".to_string(),
+            "Parameter".into(),
+            "Type".into(),
+            "Default".into(),
+            "Required".into(),
+            "Description".into(),
+        ]];
+        for a in &meta.actions {
+            for p in &a.params {
+                let default = p
+                    .default
+                    .as_ref()
+                    .map(|d| serde_json::to_string(d).unwrap_or_default())
+                    .unwrap_or_default();
+                rows.push(vec![
+                    a.name.clone(),
+                    p.name.clone(),
+                    p.kind.as_str().into(),
+                    default,
+                    if p.required { "yes" } else { "no" }.into(),
+                    p.description.clone(),
+                ]);
+            }
         }
         print_table(&rows);
     }

@@ -61,14 +61,17 @@ impl RelationEvent {
 ///
 /// ```
 /// use charm_sdk::testing::{Context, State};
-/// use charm_sdk::{ActionEvent, Charm, Event, HookResult, Metadata, Model};
+/// use charm_sdk::{ActionEvent, ActionParam, Charm, Event, HookResult, Metadata, Model};
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Greet { name: String }
 ///
 /// struct Greeter;
 /// impl Charm for Greeter {
-///     fn metadata() -> Metadata { Metadata::new("greeter").action("greet", "Says hello") }
+///     fn metadata() -> Metadata {
+///         let name = ActionParam::string("name", "Who to greet").required();
+///         Metadata::new("greeter").action_with("greet", "Says hello", [name])
+///     }
 ///     fn handle(_: &Model, event: Event) -> HookResult {
 ///         if let Event::Action(action) = event {
 ///             let params: Greet = action.params_as()?;

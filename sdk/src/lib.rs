@@ -46,6 +46,7 @@ pub mod log;
 mod metadata;
 mod model;
 pub mod pod;
+pub mod random;
 mod relation;
 mod status;
 #[cfg(not(target_family = "wasm"))]
@@ -61,8 +62,8 @@ pub mod wit {
     //! The generated bindings. Charm code uses the typed API instead.
     #![allow(missing_docs, clippy::too_many_arguments)]
     wit_bindgen::generate!({
-        path: "../wit",
-        world: "juju:charm/charm@0.1.0",
+        path: "../wit/0.2.0",
+        world: "juju:charm/charm@0.2.0",
         pub_export_macro: true,
         default_bindings_module: "charm_sdk::wit",
         generate_all,
@@ -76,7 +77,9 @@ pub use config::{Config, ConfigValue, FromConfigValue};
 pub use custom::{CustomEvent, Emit};
 pub use error::{Error, HookError, HookResult, Result};
 pub use event::{ActionEvent, Event, RelationEvent};
-pub use metadata::{ActionMeta, ConfigOption, Metadata, OptionType, RelationMeta, RelationRole};
+pub use metadata::{
+    ActionMeta, ActionParam, ConfigOption, Metadata, OptionType, RelationMeta, RelationRole,
+};
 pub use model::{Application, LeaderData, Model, StoredState, Unit};
 pub use pod::{Container, ContainerPort, K8sResources, PodSpec};
 pub use relation::{DataBag, Relation};

@@ -54,6 +54,17 @@ pub enum OptionType {
     Boolean,
 }
 
+impl OptionType {
+    fn into_wit(self) -> wit::OptionType {
+        match self {
+            OptionType::String => wit::OptionType::String,
+            OptionType::Int => wit::OptionType::Int,
+            OptionType::Float => wit::OptionType::Float,
+            OptionType::Boolean => wit::OptionType::Boolean,
+        }
+    }
+}
+
 /// A config option the charm declares.
 ///
 /// ```
@@ -83,13 +94,119 @@ pub struct ConfigOption {
 /// ```
 /// let meta = charm_sdk::Metadata::new("db").action("backup", "Dumps the database");
 /// assert_eq!(meta.actions[0].description, "Dumps the database");
+/// assert!(meta.actions[0].params.is_empty());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ActionMeta {
     /// The action's name.
     pub name: String,
     /// What it does.
     pub description: String,
+    /// The parameters it takes. The host refuses a run whose parameters do not match them,
+    /// before the action's hook starts, and fills in the defaults of those not given.
+    pub params: Vec<ActionParam>,
+}
+
+/// A parameter an action declares: its name and type, and either required or with a
+/// default. A parameter that is neither may be left out, and the action then does without.
+///
+/// ```
+/// use charm_sdk::{ActionParam, ConfigValue, OptionType};
+///
+/// let key = ActionParam::string("key", "The key to write").required();
+/// assert!(key.required && key.default.is_none());
+/// let ttl = ActionParam::int("ttl", "Seconds to keep it").default(300);
+/// assert_eq!(ttl.kind, OptionType::Int);
+/// assert_eq!(ttl.default, Some(ConfigValue::Int(300)));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionParam {
+    /// The parameter's name.
+    pub name: String,
+    /// Its type.
+    pub kind: OptionType,
+    /// What it is for.
+    pub description: String,
+    /// Its value when the operator gives none; of type `kind`.
+    pub default: Option<ConfigValue>,
+    /// Whether the operator must give it (only meaningful without a default).
+    pub required: bool,
+}
+
+impl ActionParam {
+    /// An optional parameter of type `kind`, with no default.
+    ///
+    /// ```
+    /// let p = charm_sdk::ActionParam::new("n", charm_sdk::OptionType::Int, "How many");
+    /// assert!(!p.required);
+    /// ```
+    pub fn new(name: impl Into<String>, kind: OptionType, description: impl Into<String>) -> Self {
+        ActionParam {
+            name: name.into(),
+            kind,
+            description: description.into(),
+            default: None,
+            required: false,
+        }
+    }
+
+    /// An optional `string` parameter.
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::ActionParam::string("key", "").kind, charm_sdk::OptionType::String);
+    /// ```
+    pub fn string(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Self::new(name, OptionType::String, description)
+    }
+
+    /// An optional `int` parameter.
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::ActionParam::int("n", "").kind, charm_sdk::OptionType::Int);
+    /// ```
+    pub fn int(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Self::new(name, OptionType::Int, description)
+    }
+
+    /// An optional `float` parameter.
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::ActionParam::float("r", "").kind, charm_sdk::OptionType::Float);
+    /// ```
+    pub fn float(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Self::new(name, OptionType::Float, description)
+    }
+
+    /// An optional `boolean` parameter.
+    ///
+    /// ```
+    /// assert_eq!(charm_sdk::ActionParam::boolean("f", "").kind, charm_sdk::OptionType::Boolean);
+    /// ```
+    pub fn boolean(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Self::new(name, OptionType::Boolean, description)
+    }
+
+    /// The same parameter, which the operator must give.
+    ///
+    /// ```
+    /// assert!(charm_sdk::ActionParam::string("key", "").required().required);
+    /// ```
+    pub fn required(mut self) -> Self {
+        self.required = true;
+        self
+    }
+
+    /// The same parameter with a default, used when the operator gives none. A default of
+    /// another type than the parameter's makes the host refuse the charm when it loads.
+    ///
+    /// ```
+    /// let p = charm_sdk::ActionParam::boolean("force", "").default(false);
+    /// assert_eq!(p.default, Some(charm_sdk::ConfigValue::Boolean(false)));
+    /// ```
+    pub fn default(mut self, value: impl Into<ConfigValue>) -> Self {
+        self.default = Some(value.into());
+        self
+    }
 }
 
 /// What a charm declares: its name, endpoints, config options and actions.
@@ -277,10 +394,40 @@ impl Metadata {
     /// let meta = charm_sdk::Metadata::new("kv").action("get", "Reads a key");
     /// assert_eq!(meta.actions[0].name, "get");
     /// ```
-    pub fn action(mut self, name: &str, description: &str) -> Self {
+    pub fn action(self, name: &str, description: &str) -> Self {
+        self.action_with(name, description, [])
+    }
+
+    /// Declares an action and the parameters it takes. The host checks an operator's run
+    /// against them before the hook starts (as does [`testing`](crate::testing)): an
+    /// undeclared parameter, a value of another type, or a required one left out refuses
+    /// the run; the defaults of those left out are filled in.
+    ///
+    /// ```
+    /// use charm_sdk::{ActionParam, Metadata};
+    ///
+    /// let meta = Metadata::new("kv").action_with(
+    ///     "put",
+    ///     "Stores a value",
+    ///     [
+    ///         ActionParam::string("key", "The key").required(),
+    ///         ActionParam::string("value", "The value").required(),
+    ///         ActionParam::int("ttl", "Seconds to keep it; 0 for ever").default(0),
+    ///     ],
+    /// );
+    /// assert_eq!(meta.actions[0].params.len(), 3);
+    /// assert_eq!(meta.actions[0].params[2].name, "ttl");
+    /// ```
+    pub fn action_with(
+        mut self,
+        name: &str,
+        description: &str,
+        params: impl IntoIterator<Item = ActionParam>,
+    ) -> Self {
         self.actions.push(ActionMeta {
             name: name.to_string(),
             description: description.to_string(),
+            params: params.into_iter().collect(),
         });
         self
     }
@@ -308,12 +455,7 @@ impl Metadata {
                 .into_iter()
                 .map(|o| wit::ConfigOption {
                     name: o.name,
-                    kind: match o.kind {
-                        OptionType::String => wit::OptionType::String,
-                        OptionType::Int => wit::OptionType::Int,
-                        OptionType::Float => wit::OptionType::Float,
-                        OptionType::Boolean => wit::OptionType::Boolean,
-                    },
+                    kind: o.kind.into_wit(),
                     default: o.default.map(ConfigValue::into_wit),
                     description: o.description,
                 })
@@ -324,6 +466,17 @@ impl Metadata {
                 .map(|a| wit::ActionMeta {
                     name: a.name,
                     description: a.description,
+                    params: a
+                        .params
+                        .into_iter()
+                        .map(|p| wit::ActionParam {
+                            name: p.name,
+                            kind: p.kind.into_wit(),
+                            description: p.description,
+                            default: p.default.map(ConfigValue::into_wit),
+                            required: p.required,
+                        })
+                        .collect(),
                 })
                 .collect(),
         }

@@ -6,8 +6,8 @@ use std::cell::RefCell;
 use charm_sdk::pod::{Container, K8sResources, PodSpec, Secret};
 use charm_sdk::testing::{Context, Outcome, Relation, State};
 use charm_sdk::{
-    ActionEvent, Charm, ConfigValue, Error, Event, HookError, HookResult, Metadata, Model,
-    RelationEvent, Status,
+    ActionEvent, ActionParam, Charm, ConfigValue, Error, Event, HookError, HookResult, Metadata,
+    Model, RelationEvent, Status,
 };
 
 type Probe = fn(&Model, &Event) -> HookResult;
@@ -29,6 +29,14 @@ impl Charm for Scripted {
             .int_option("port", None, "")
             .float_option("ratio", Some(0.5), "")
             .action("dump", "")
+            .action_with(
+                "resize",
+                "",
+                [
+                    ActionParam::int("replicas", "").required(),
+                    ActionParam::boolean("force", "").default(false),
+                ],
+            )
     }
 
     fn handle(model: &Model, event: Event) -> HookResult {
@@ -477,4 +485,56 @@ fn bags_that_would_hold_too_much_once_written_commit_nothing() {
         "{why}"
     );
     assert_eq!(out.state, state);
+}
+
+#[test]
+fn an_action_runs_with_its_parameters_typed_and_defaulted_as_declared() {
+    fn echo(_: &Model, event: &Event) -> HookResult {
+        if let Event::Action(action) = event {
+            let params = serde_json::Value::Object(action.params.clone()).to_string();
+            action.set_result("params", &params)?;
+        }
+        Ok(())
+    }
+    // Text is read as the declared type, as `KEY=VALUE` on a command line gives it; the
+    // default of a parameter left out is filled in.
+    let run = ActionEvent::new("resize").param("replicas", "3");
+    let out = run_action(echo, run);
+    assert_eq!(out.outcome, Outcome::Committed);
+    let results = out.action.expect("the action ran").results;
+    assert_eq!(results["params"], r#"{"force":false,"replicas":3}"#);
+}
+
+#[test]
+fn an_action_whose_parameters_do_not_match_is_refused_before_its_hook() {
+    fn ran(model: &Model, _: &Event) -> HookResult {
+        model.stored().set("ran", &true)?;
+        Ok(())
+    }
+    for (run, named) in [
+        (ActionEvent::new("resize"), "replicas"),
+        (
+            ActionEvent::new("resize").param("replicas", "many"),
+            "replicas",
+        ),
+        (
+            ActionEvent::new("resize")
+                .param("replicas", 2)
+                .param("colour", "red"),
+            "colour",
+        ),
+        (ActionEvent::new("dump").param("all", true), "all"),
+    ] {
+        let out = run_action(ran, run);
+        match &out.outcome {
+            Outcome::Refused(why) => assert!(why.contains(named), "{why}"),
+            other => panic!("{named}: {other:?}"),
+        }
+        assert_eq!(out.action, None);
+        assert!(out.state.stored.is_empty(), "the hook ran");
+    }
+}
+
+fn run_action(body: Probe, action: ActionEvent) -> charm_sdk::testing::Output {
+    run(body, Event::Action(action), State::default())
 }

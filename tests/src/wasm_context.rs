@@ -18,7 +18,8 @@ use charm_host::model::{Changes, RelationView, UnitSnapshot, app_of};
 use charm_host::store::Fence;
 use charm_sdk::log::Level;
 use charm_sdk::testing::{
-    ActionOutput, Faults, HookRunner, LogLine, Outcome, Output, PodSpecState, State, fill_peer_app,
+    ActionOutput, Faults, HookRunner, LogLine, Outcome, Output, PodSpecState, State,
+    check_action_params, fill_peer_app,
 };
 use charm_sdk::{ConfigValue, Event};
 
@@ -141,6 +142,21 @@ impl HookRunner for WasmContext {
     fn run_with(&self, mut event: Event, state: State, faults: &Faults) -> Output {
         let app = app_of(&self.unit).to_string();
         fill_peer_app(&mut event, &state, &app);
+        // The host checks an action's parameters against the charm's declaration before
+        // queueing it, with the rule the native harness applies.
+        if let Event::Action(action) = &mut event
+            && let Err(why) = check_action_params(self.charm.metadata(), &app, action)
+        {
+            return Output {
+                outcome: Outcome::Refused(why),
+                state,
+                logs: Vec::new(),
+                action: None,
+                is_leader_answers: Vec::new(),
+                leadership_refusals: 0,
+                emitted: Vec::new(),
+            };
+        }
         let fence = state.leader.then(|| Fence {
             app,
             holder: self.unit.clone(),

@@ -1,8 +1,8 @@
 //! Operating a live model: three `charm-host` processes share one SQLite store while an
 //! operator scales discourse from 3 units to 5 and then to 2 (removing its leader on the
-//! way) and changes its `external_hostname`. Hosts adopt the units added while they run
-//! and stop the agents of removed ones; the model settles with one leader per
-//! application, and discourse's pod spec shows the change.
+//! way) and changes its `external_hostname`, and runs actions on kv. Hosts adopt the units
+//! added while they run and stop the agents of removed ones; the model settles with one
+//! leader per application, and discourse's pod spec shows the change.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -94,10 +94,11 @@ fn three_hosts_follow_scale_and_config_changes() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(guests::DISCOURSE, dir.path().join("discourse.wasm")).unwrap();
     std::fs::copy(guests::POSTGRESQL, dir.path().join("postgresql.wasm")).unwrap();
+    std::fs::copy(guests::KV, dir.path().join("kv.wasm")).unwrap();
     let bundle = dir.path().join("bundle.yaml");
     std::fs::write(
         &bundle,
-        "applications:\n  discourse: {charm: discourse.wasm, num_units: 3}\n  postgresql: {charm: postgresql.wasm, num_units: 1}\nrelations:\n  - [\"discourse:db\", \"postgresql:db\"]\n",
+        "applications:\n  discourse: {charm: discourse.wasm, num_units: 3}\n  postgresql: {charm: postgresql.wasm, num_units: 1}\n  kv: {charm: kv.wasm, num_units: 2}\nrelations:\n  - [\"discourse:db\", \"postgresql:db\"]\n",
     )
     .unwrap();
     let db = dir.path().join("model.db");
@@ -121,11 +122,11 @@ fn three_hosts_follow_scale_and_config_changes() {
         &bin,
         &bundle,
         &store,
-        "postgresql,discourse/0,discourse/3",
+        "postgresql,kv,discourse/0,discourse/3",
         &dir.path().join("a.log"),
     ));
     wait_until(Duration::from_secs(60), "the first host deploys", || {
-        status().is_some_and(|s| s.units.len() == 4)
+        status().is_some_and(|s| s.units.len() == 6)
     });
     for (units, log) in [
         ("discourse/1,discourse/4", "b.log"),
@@ -203,8 +204,81 @@ fn three_hosts_follow_scale_and_config_changes() {
         "forum.example.com"
     );
 
+    // An action on kv, waited for: its results come back from the unit's hook.
+    wait_until(Duration::from_secs(60), "kv's cluster forms", || {
+        status().is_some_and(|s| {
+            settled(&s, "kv", 2)
+                && units_of(&s, "kv").len() == 2
+                && s.units
+                    .iter()
+                    .filter(|u| u.name.starts_with("kv/"))
+                    .all(|u| u.status.message == "2 members")
+        })
+    });
+    let done = operate(
+        &bin,
+        &store,
+        &[
+            "run-action",
+            "kv/1",
+            "members",
+            "--wait",
+            "60",
+            "--format",
+            "json",
+        ],
+    );
+    let done: serde_json::Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["results"]["members"], "kv-0.kv-endpoints:7379,kv-1.kv-endpoints:7379",
+        "{done}"
+    );
+    assert!(
+        done["started"].is_string() && done["completed"].is_string(),
+        "{done}"
+    );
+    // Parameters are checked before anything is queued: a required one left out is refused
+    // at once, and no action is recorded for it.
+    let refused = Command::new(&bin)
+        .args(["run-action", "kv/0", "get", "--store", &store])
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success(),
+        "a missing parameter was accepted"
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("required parameter key"), "{stderr}");
+    // An action the charm fails is failed, and the unit is not in error for it.
+    let failed = Command::new(&bin)
+        .args([
+            "run-action",
+            "kv/0",
+            "get",
+            "key=missing",
+            "--wait",
+            "60",
+            "--store",
+            &store,
+        ])
+        .output()
+        .unwrap();
+    assert!(!failed.status.success(), "a failed action exited 0");
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        stderr.contains("failed") && stderr.contains("missing"),
+        "{stderr}"
+    );
+    let shown = operate(&bin, &store, &["show-action", "2", "--format", "json"]);
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["status"], "failed", "{shown}");
+    let unit = operate(&bin, &store, &["show-unit", "kv/0", "--format", "json"]);
+    let unit: serde_json::Value = serde_json::from_str(&unit).unwrap();
+    assert_eq!(unit["hook_error"], serde_json::Value::Null, "{unit}");
+
     let last = status().unwrap();
-    for app in ["discourse", "postgresql"] {
+    for app in ["discourse", "postgresql", "kv"] {
         let leaders = last
             .units
             .iter()

@@ -29,6 +29,7 @@ impl Operator {
         let dir = tempfile::tempdir().unwrap();
         std::fs::copy(guests::DISCOURSE, dir.path().join("discourse.wasm")).unwrap();
         std::fs::copy(guests::POSTGRESQL, dir.path().join("postgresql.wasm")).unwrap();
+        std::fs::copy(guests::KV, dir.path().join("kv.wasm")).unwrap();
         std::fs::write(dir.path().join("not-a-charm.wasm"), b"hello").unwrap();
         Operator {
             bin: charm_tests::charm_host_binary(),
@@ -268,6 +269,8 @@ fn operator_commands_change_the_model_and_refusals_change_nothing(op: Operator) 
     // No host has run a hook: no charm has logged anything.
     assert_eq!(op.json(&["debug-log"]), serde_json::json!([]));
 
+    actions_are_checked_before_anything_is_queued(&op);
+
     let removing = op.ok(&["remove-relation", "discourse", "db"]);
     assert!(removing.contains("discourse:db db:db"), "{removing}");
     op.refused(
@@ -279,5 +282,72 @@ fn operator_commands_change_the_model_and_refusals_change_nothing(op: Operator) 
     op.refused(
         &["remove-application", "db"],
         &["db", "already being removed"],
+    );
+}
+
+/// `actions`, `run-action` and `show-action` with no host running: the action waits,
+/// pending, with its hook queued; a refused one records and queues nothing.
+fn actions_are_checked_before_anything_is_queued(op: &Operator) {
+    op.ok(&["deploy", path(&op.dir.path().join("kv.wasm"))]);
+    let table = op.ok(&["actions", "kv"]);
+    assert!(
+        table.contains("members") && table.contains("Lists the cluster's members."),
+        "{table}"
+    );
+    let declared = op.json(&["actions", "kv"]);
+    let names: Vec<&str> = declared["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["put", "get", "members"]);
+
+    op.refused(
+        &["run-action", "kv/0", "members", "all=true"],
+        &["action members of application kv", "no parameter \"all\""],
+    );
+    op.refused(
+        &["run-action", "kv/0", "backup"],
+        &["no action \"backup\"", "put, get, members"],
+    );
+    op.refused(
+        &["run-action", "kv/0", "put", "key=a"],
+        &[
+            "action put of application kv",
+            "required parameter value not given",
+        ],
+    );
+    op.refused(&["run-action", "kv/9", "members"], &["unit kv/9"]);
+    op.refused(&["run-action", "kv/0", "members", "x"], &["KEY=VALUE"]);
+    op.refused(
+        &["run-action", "kv/0", "members", "--wait=-1"],
+        &["--wait", "seconds"],
+    );
+    op.refused(&["show-action", "1"], &["action 1"]);
+    op.refused(&["actions", "nope"], &["application nope"]);
+
+    let out = op.ok(&["run-action", "kv/0", "members"]);
+    assert!(out.contains("Action 1 queued on kv/0: members"), "{out}");
+    let shown = op.json(&["show-action", "1"]);
+    assert_eq!(shown["status"], "pending");
+    assert_eq!(
+        (shown["unit"].as_str(), shown["action"].as_str()),
+        (Some("kv/0"), Some("members"))
+    );
+    let table = op.ok(&["show-action", "1"]);
+    assert!(
+        table.contains("pending") && table.contains("kv/0"),
+        "{table}"
+    );
+    let queued = op.json(&["show-unit", "kv/0"])["queued_hooks"].clone();
+    assert_eq!(queued.as_array().unwrap().last().unwrap(), "members-action");
+    // No host runs it: --wait gives up, non-zero, saying where the action is.
+    let waited = op.run(&["run-action", "kv/0", "members", "--wait", "0.3"]);
+    assert!(!waited.status.success());
+    let stderr = String::from_utf8_lossy(&waited.stderr);
+    assert!(
+        stderr.contains("action 2 on kv/0 is still pending"),
+        "{stderr}"
     );
 }

@@ -9,7 +9,9 @@
 //! - Defer: a `config-changed` that arrives before the peer relation exists waits for it.
 
 use charm_sdk::pod::{Container, PodSpec};
-use charm_sdk::{ActionEvent, Charm, Event, HookResult, Metadata, Model, Relation, Status};
+use charm_sdk::{
+    ActionEvent, ActionParam, Charm, Event, HookResult, Metadata, Model, Relation, Status,
+};
 use serde::Deserialize;
 
 /// The kv charm.
@@ -29,11 +31,19 @@ impl Charm for Kv {
             .peers(CLUSTER, "kv-cluster")
             .string_option("image", Some("kvd:1.0"), "The kv server image")
             .int_option("port", Some(7379), "The port kv listens on")
-            .action(
+            .action_with(
                 "put",
-                "Stores a value: params key, value. Run it on the leader.",
+                "Stores a value. Run it on the leader.",
+                [
+                    ActionParam::string("key", "The key to store the value under.").required(),
+                    ActionParam::string("value", "The value.").required(),
+                ],
             )
-            .action("get", "Reads a value: param key.")
+            .action_with(
+                "get",
+                "Reads a value.",
+                [ActionParam::string("key", "The key to read.").required()],
+            )
             .action("members", "Lists the cluster's members.")
     }
 

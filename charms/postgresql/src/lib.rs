@@ -77,12 +77,9 @@ fn ensure_password(model: &Model) -> HookResult {
     Ok(())
 }
 
-/// A fresh password from the host's random source (hash maps are seeded from it).
+/// A fresh password: 128 bits from the host's secure random source.
 fn generate_password() -> String {
-    use std::hash::{BuildHasher, RandomState};
-    let a = RandomState::new().hash_one(0u8);
-    let b = RandomState::new().hash_one(1u8);
-    format!("{a:016x}{b:016x}")
+    charm_sdk::random::hex(16)
 }
 
 /// Publishes a client's connection: its database, its own user and password.

@@ -1,11 +1,134 @@
-//! What an action may be given: the parameters its charm declares, typed, required or
-//! with a default. Checked before anything is queued, so a refused `run-action` leaves the
-//! model as it was.
+//! Actions: what an action may be given (the parameters its charm declares, typed,
+//! required or with a default), and its record from `run-action` to its hook's commit.
+//! Parameters are checked before anything is queued, so a refused `run-action` leaves the
+//! model as it was; the record and the action's hook are written in one step.
 
 use std::collections::BTreeMap;
 
-use crate::error::{StoreError, invalid};
-use crate::records::{ActionMeta, CharmMetadata, ConfigValue, OptionType};
+use crate::error::{StoreError, invalid, not_found};
+use crate::operations::enqueue;
+use crate::records::{
+    ActionMeta, ActionOutput, ActionRecord, ActionState, CharmMetadata, ConfigValue, Hook,
+    OptionType, QueuedHook, app_of,
+};
+use crate::tx::ModelTx;
+
+/// What `run-action` did: the action's record, and its hook, queued on its unit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionQueued {
+    /// The action, pending.
+    pub action: ActionRecord,
+    /// Its hook.
+    pub queued: QueuedHook,
+}
+
+/// Starts action `action` on `unit` with the parameters an operator gave (checked and typed
+/// by [`checked_params`]), at `now_ms` (milliseconds since the UNIX epoch): its record,
+/// pending, and its hook queued on the unit, in one step. An unknown or departing unit, or
+/// a refused parameter, writes nothing.
+pub fn enqueue_action<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    unit: &str,
+    action: &str,
+    given: BTreeMap<String, ConfigValue>,
+    now_ms: u64,
+) -> Result<ActionQueued, StoreError> {
+    let app = app_of(unit);
+    if !tx.unit_exists(unit)? {
+        return Err(not_found(format!("unit {unit}")));
+    }
+    if tx.dying_units(app)?.iter().any(|u| u == unit) {
+        return Err(invalid(format!("unit {unit} is being removed")));
+    }
+    let record = tx
+        .application(app)?
+        .ok_or_else(|| not_found(format!("application {app}")))?;
+    let params = checked_params(app, &record.metadata, action, given)?;
+    let id = tx.next_action_id()?;
+    let hook = Hook::Action {
+        id: id.to_string(),
+        name: action.to_string(),
+        params: serde_json::to_string(&params)
+            .map_err(|e| invalid(format!("action {action}: parameters: {e}")))?,
+    };
+    let action = ActionRecord {
+        id,
+        unit: unit.to_string(),
+        name: action.to_string(),
+        params,
+        state: ActionState::Pending,
+        results: BTreeMap::new(),
+        failure: None,
+        log: Vec::new(),
+        enqueued_ms: now_ms,
+        started_ms: None,
+        completed_ms: None,
+    };
+    // An action's hook carries its own id: it never coalesces with another.
+    let queued = enqueue(tx, [(unit.to_string(), hook)])?
+        .pop()
+        .ok_or_else(|| invalid(format!("action {id} on {unit} was not queued")))?;
+    tx.put_action(&action)?;
+    Ok(ActionQueued { action, queued })
+}
+
+/// The action with this id, or [`StoreError::NotFound`] naming it.
+pub fn show_action<T: ModelTx + ?Sized>(tx: &mut T, id: u64) -> Result<ActionRecord, StoreError> {
+    tx.action(id)?
+        .ok_or_else(|| not_found(format!("action {id}")))
+}
+
+/// Records that the hook of action `id` started at `now_ms`: a pending action is running.
+/// One that is running already (its hook is being retried) or has ended stays as it is.
+pub fn start_action<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    id: u64,
+    now_ms: u64,
+) -> Result<ActionRecord, StoreError> {
+    let mut record = show_action(tx, id)?;
+    if record.state == ActionState::Pending {
+        record.state = ActionState::Running;
+        record.started_ms = Some(now_ms);
+        tx.put_action(&record)?;
+    }
+    Ok(record)
+}
+
+/// Records what the action hook `hook` reported, in its commit: completed with its results,
+/// or failed with its failure message, and its progress messages. A hook that is not an
+/// action's, or an action with no record (queued by the host's own tests), records nothing.
+pub fn finish_action<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    hook: &Hook,
+    output: Option<&ActionOutput>,
+) -> Result<(), StoreError> {
+    let Hook::Action { id, .. } = hook else {
+        return Ok(());
+    };
+    let Some(mut record) = id
+        .parse()
+        .ok()
+        .map(|id| tx.action(id))
+        .transpose()?
+        .flatten()
+    else {
+        return Ok(());
+    };
+    let output = output.cloned().unwrap_or_default();
+    record.state = if output.failure.is_some() {
+        ActionState::Failed
+    } else {
+        ActionState::Completed
+    };
+    record.results = output.results;
+    record.failure = output.failure;
+    record.log = output.log;
+    record.completed_ms = output.ended_ms;
+    if record.started_ms.is_none() {
+        record.started_ms = output.ended_ms;
+    }
+    tx.put_action(&record)
+}
 
 /// The action `action` of `app`'s charm, or [`StoreError::Invalid`] naming it and listing
 /// the charm's actions.
@@ -194,12 +317,16 @@ mod tests {
         ]);
         let error = checked_params("kv", &kv(), "put", unknown).unwrap_err();
         assert!(
-            error.to_string().contains("no parameter \"tll\" (it has: key, ttl)"),
+            error
+                .to_string()
+                .contains("no parameter \"tll\" (it has: key, ttl)"),
             "{error}"
         );
         let error = checked_params("kv", &kv(), "put", BTreeMap::new()).unwrap_err();
         assert!(
-            error.to_string().contains("required parameter key not given"),
+            error
+                .to_string()
+                .contains("required parameter key not given"),
             "{error}"
         );
     }

@@ -92,7 +92,8 @@ pub struct HookCommit<'a> {
 /// on a commit without a fence, cleared; and the hooks the changes fire on other units
 /// ([`follow_ups`]) are queued. A remove hook's commit deletes its unit
 /// ([`finish_unit`]); a relation-broken hook's commit deletes its relation if it was the
-/// last hook about it ([`reap_relation`]).
+/// last hook about it ([`reap_relation`]); an action hook's commit records what the action
+/// reported ([`crate::actions::finish_action`]).
 pub fn commit<T: ModelTx + ?Sized>(
     tx: &mut T,
     request: HookCommit<'_>,
@@ -192,6 +193,9 @@ pub fn commit<T: ModelTx + ?Sized>(
     let queued = enqueue(tx, hooks)?;
     // The last steps of a removal are the hooks' own: after remove the unit goes, after
     // the last relation-broken the relation does.
+    if let Some(hook) = &ran {
+        crate::actions::finish_action(tx, hook, changes.action.as_ref())?;
+    }
     match &ran {
         Some(Hook::Remove) => finish_unit(tx, unit)?,
         Some(Hook::RelationBroken(r)) => {

@@ -3,7 +3,7 @@
 //!
 //! - [`records`]: the vocabulary (applications, units, relations, bags, hooks, a hook's
 //!   buffered [`Changes`], what a hook sees: [`UnitSnapshot`]).
-//! - [`access`]: what a hook may read and write; [`actions`]: what an action may be given; [`podspec`]: what a pod spec may be;
+//! - [`access`]: what a hook may read and write; [`actions`]: what an action may be given, and its record; [`podspec`]: what a pod spec may be;
 //!   [`limits`]: how much a hook may write.
 //! - [`snapshot`], [`commit`], [`operations`], [`config`], [`removal`], [`status`]: each
 //!   model operation, written once against [`ModelTx`], the records a store reads and

@@ -430,8 +430,8 @@ pub struct Changes {
     /// fence (a hook run as a follower) clears the record: should the unit lead again,
     /// even in that term, leader-elected is owed.
     pub elected_term: Option<u64>,
-    /// What an action hook reported for its operator. Not kept by the stores: it goes back
-    /// with the hook's run.
+    /// What an action hook reported for its operator, kept in the action's record by the
+    /// hook's commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<ActionOutput>,
 }
@@ -445,6 +445,68 @@ pub struct ActionOutput {
     pub failure: Option<String>,
     /// The progress messages, in order.
     pub log: Vec<String>,
+    /// When the action's hook ended, in milliseconds since the UNIX epoch (the host's
+    /// clock, set by the host as it commits the hook).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_ms: Option<u64>,
+}
+
+/// Where an action is in its life, as Juju names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionState {
+    /// Queued on its unit, not yet started.
+    Pending,
+    /// Its hook is running.
+    Running,
+    /// Its hook ended and the action did not fail.
+    Completed,
+    /// The action failed: the charm said so, or its hook failed.
+    Failed,
+}
+
+impl ActionState {
+    /// Juju's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionState::Pending => "pending",
+            ActionState::Running => "running",
+            ActionState::Completed => "completed",
+            ActionState::Failed => "failed",
+        }
+    }
+
+    /// Whether the action has ended (completed or failed).
+    pub fn is_final(self) -> bool {
+        matches!(self, ActionState::Completed | ActionState::Failed)
+    }
+}
+
+/// An action an operator started on a unit, and what became of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActionRecord {
+    /// Its id, unique in the model and never reused.
+    pub id: u64,
+    /// The unit it runs on.
+    pub unit: String,
+    /// The action's name.
+    pub name: String,
+    /// Its parameters, typed as the action declares them, defaults filled in.
+    pub params: BTreeMap<String, ConfigValue>,
+    /// Where it is.
+    pub state: ActionState,
+    /// What it reported, by key.
+    pub results: BTreeMap<String, String>,
+    /// Why it failed, if it did.
+    pub failure: Option<String>,
+    /// Its progress messages, in order.
+    pub log: Vec<String>,
+    /// When it was queued, in milliseconds since the UNIX epoch.
+    pub enqueued_ms: u64,
+    /// When its hook started.
+    pub started_ms: Option<u64>,
+    /// When its hook ended.
+    pub completed_ms: Option<u64>,
 }
 
 impl Changes {

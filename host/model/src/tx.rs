@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use crate::error::StoreError;
 use crate::records::{
-    ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord, PodSpecRecord,
-    PodSpecWrite, QueuedHook, RelationId, RelationRecord, SharedBag, SharedConfig, Status,
-    UnitRecord,
+    ActionRecord, ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord,
+    PodSpecRecord, PodSpecWrite, QueuedHook, RelationId, RelationRecord, SharedBag, SharedConfig,
+    Status, UnitRecord,
 };
 
 /// What a step's reads and writes answer: the store's own errors only.
@@ -246,4 +246,13 @@ pub trait ModelTx {
 
     /// The unit's log ring, oldest first.
     fn unit_logs(&mut self, unit: &str) -> TxResult<Vec<LogRecord>>;
+
+    /// The id the next action takes: above every one given before (ids are never reused).
+    fn next_action_id(&mut self) -> TxResult<u64>;
+
+    /// The action with this id, if there is one.
+    fn action(&mut self, id: u64) -> TxResult<Option<ActionRecord>>;
+
+    /// Stores an action's record, replacing the one with its id.
+    fn put_action(&mut self, record: &ActionRecord) -> TxResult<()>;
 }

@@ -104,7 +104,7 @@ fn printable(message: &str) -> String {
 }
 
 /// `at_ms` as UTC `YYYY-MM-DD HH:MM:SS.mmm`.
-fn timestamp(at_ms: u64) -> String {
+pub(crate) fn timestamp(at_ms: u64) -> String {
     let at = UNIX_EPOCH + Duration::from_millis(at_ms);
     let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (days, rest) = (secs / 86_400, secs % 86_400);

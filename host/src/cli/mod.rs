@@ -1,6 +1,7 @@
 //! The operator's commands on a live model, a file per verb group: each is one planned
 //! change of the store (written once, in `charm_model`), shown as a table or as JSON.
 
+pub mod actions;
 pub mod config;
 pub mod debug_log;
 pub mod relations;

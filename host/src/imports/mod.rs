@@ -8,6 +8,7 @@ mod pod;
 mod relations;
 mod state;
 mod status;
+mod v0_1;
 
 use charm_model::access::{self, AccessError};
 

@@ -30,6 +30,12 @@
 //! another host (relation-changed after a remote unit wrote its bag, leader-settings-changed
 //! after a new leader wrote its settings) wakes the unit's agent at once.
 //!
+//! # Actions
+//!
+//! Each action is one key, `actions/<id>` (the id zero-padded, so keys sort by id), and
+//! `next-action` holds the last id given. Starting an action reads and compares that key,
+//! so two operators starting actions at once never get the same id.
+//!
 //! # Limits
 //!
 //! etcd refuses transactions of more than `--max-txn-ops` operations (128 by default). A
@@ -58,8 +64,9 @@ use super::{
     StepOp, StoreError, StoreFuture, Verdict,
 };
 use crate::model::{
-    ApplicationRecord, Bag, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord, PodSpecRecord,
-    PodSpecWrite, RelationId, RelationRecord, SharedBag, Status, UnitRecord, app_of, apply_writes,
+    ActionRecord, ApplicationRecord, Bag, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord,
+    PodSpecRecord, PodSpecWrite, RelationId, RelationRecord, SharedBag, Status, UnitRecord, app_of,
+    apply_writes,
 };
 
 /// What the `meta` key says about the data under a prefix.
@@ -319,6 +326,9 @@ impl EtcdStore {
     }
     fn app_status_key(&self, app: &str) -> String {
         self.key(format_args!("app-status/{app}"))
+    }
+    fn action_key(&self, id: u64) -> String {
+        self.key(format_args!("actions/{id:020}"))
     }
     fn pod_spec_key(&self, app: &str) -> String {
         self.key(format_args!("pod-specs/{app}"))
@@ -1368,6 +1378,26 @@ impl ModelTx for EtcdTx<'_> {
 
     fn unit_logs(&mut self, unit: &str) -> TxResult<Vec<LogRecord>> {
         Ok(self.doc(&self.store.logs_key(unit))?.unwrap_or_default())
+    }
+
+    fn next_action_id(&mut self) -> TxResult<u64> {
+        let last: u64 = self.doc(&self.store.key("next-action"))?.unwrap_or(0);
+        Ok(last + 1)
+    }
+
+    fn action(&mut self, id: u64) -> TxResult<Option<ActionRecord>> {
+        self.doc(&self.store.action_key(id))
+    }
+
+    fn put_action(&mut self, record: &ActionRecord) -> TxResult<()> {
+        // The last id given is kept apart from the actions, so an id is never reused.
+        let key = self.store.key("next-action");
+        let last: u64 = self.doc(&key)?.unwrap_or(0);
+        if record.id > last {
+            self.put(key, &record.id);
+        }
+        self.put(self.store.action_key(record.id), record);
+        Ok(())
     }
 
     fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64> {

@@ -17,9 +17,9 @@ use super::{
     StoreFuture,
 };
 use crate::model::{
-    ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord, PodSpecRecord,
-    PodSpecWrite, RelationId, RelationRecord, SharedBag, SharedConfig, Status, UnitRecord,
-    apply_writes,
+    ActionRecord, ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord,
+    PodSpecRecord, PodSpecWrite, RelationId, RelationRecord, SharedBag, SharedConfig, Status,
+    UnitRecord, apply_writes,
 };
 
 #[derive(Debug, Clone)]
@@ -84,6 +84,8 @@ struct Inner {
     next_relation: RelationId,
     next_seq: u64,
     next_log: u64,
+    /// Actions, by id; kept after their unit goes, as Juju keeps them.
+    actions: BTreeMap<u64, ActionRecord>,
 }
 
 impl Inner {
@@ -552,6 +554,19 @@ impl ModelTx for MemoryTx<'_> {
             .get(unit)
             .map(|u| u.logs.iter().cloned().collect())
             .unwrap_or_default())
+    }
+
+    fn next_action_id(&mut self) -> TxResult<u64> {
+        Ok(self.inner.actions.keys().next_back().map_or(1, |id| id + 1))
+    }
+
+    fn action(&mut self, id: u64) -> TxResult<Option<ActionRecord>> {
+        Ok(self.inner.actions.get(&id).cloned())
+    }
+
+    fn put_action(&mut self, record: &ActionRecord) -> TxResult<()> {
+        self.inner.actions.insert(record.id, record.clone());
+        Ok(())
     }
 
     fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64> {

@@ -69,9 +69,9 @@ use super::{
     StoreError, StoreFuture, Verdict,
 };
 use crate::model::{
-    ApplicationRecord, Bag, BagWrites, CharmMetadata, ConfigValue, Hook, LeaseHolder, LogRecord,
-    PodSpecRecord, PodSpecWrite, RelationId, RelationRecord, SharedBag, SharedConfig, Status,
-    UnitRecord,
+    ActionRecord, ApplicationRecord, Bag, BagWrites, CharmMetadata, ConfigValue, Hook, LeaseHolder,
+    LogRecord, PodSpecRecord, PodSpecWrite, RelationId, RelationRecord, SharedBag, SharedConfig,
+    Status, UnitRecord,
 };
 
 /// How long an operation waits for another process's write transaction before it fails as
@@ -83,7 +83,7 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 
 /// Migration `i` moves the schema from version `i` to `i + 1`. Append; never edit.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
 
 /// Version 1: the model, leases and terms.
 const SCHEMA_V1: &str = include_str!("schema/v1.sql");
@@ -96,6 +96,9 @@ const SCHEMA_V3: &str = include_str!("schema/v3.sql");
 
 /// Version 4: `dying` applications, units and relations; `unit_logs`.
 const SCHEMA_V4: &str = include_str!("schema/v4.sql");
+
+/// Version 5: `actions`.
+const SCHEMA_V5: &str = include_str!("schema/v5.sql");
 
 /// The first bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
@@ -1504,6 +1507,43 @@ impl ModelTx for SqliteTx<'_> {
             "DELETE FROM unit_logs WHERE unit = ?1 AND seq <= (
                  SELECT seq FROM unit_logs WHERE unit = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
             rusqlite::params![unit, keep],
+        )?;
+        Ok(())
+    }
+
+    fn next_action_id(&mut self) -> TxResult<u64> {
+        // AUTOINCREMENT keeps the highest id ever given, so none is reused.
+        let last: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'actions'), 0)",
+            )
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .db()?;
+        Ok(to_u64(last) + 1)
+    }
+
+    fn action(&mut self, id: u64) -> TxResult<Option<ActionRecord>> {
+        let Ok(key) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        let record: Option<String> = self
+            .conn
+            .prepare_cached("SELECT record FROM actions WHERE id = ?1")
+            .and_then(|mut s| s.query_row([key], |r| r.get(0)).optional())
+            .db()?;
+        record
+            .map(|r| decode(&r, || format!("action {id}")))
+            .transpose()
+    }
+
+    fn put_action(&mut self, record: &ActionRecord) -> TxResult<()> {
+        let id = i64::try_from(record.id)
+            .map_err(|_| StoreError::Invalid(format!("action id {} is too large", record.id)))?;
+        self.exec(
+            "INSERT INTO actions (id, unit, state, record) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (id) DO UPDATE SET state = excluded.state, record = excluded.record",
+            rusqlite::params![id, record.unit, record.state.as_str(), encode(record)],
         )?;
         Ok(())
     }

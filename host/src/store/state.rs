@@ -4,6 +4,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::BoxFuture;
+pub use charm_model::actions::ActionQueued;
 pub use charm_model::config::ConfigApplied;
 use charm_model::error::not_found;
 pub use charm_model::operations::Deployed;
@@ -12,9 +13,9 @@ pub use charm_model::snapshot::UnitDetails;
 pub use charm_model::status::{AppStatusRow, ModelStatus, UnitStatusRow};
 use charm_model::tx::ModelTx;
 use charm_model::{
-    ApplicationRecord, Changes, ConfigValue, Hook, LogRecord, PodSpecRecord, QueuedHook,
-    RelationEndpoint, RelationRecord, UnitSnapshot, app_of, commit, config, operations, removal,
-    snapshot, status,
+    ActionRecord, ApplicationRecord, Changes, ConfigValue, Hook, LogRecord, PodSpecRecord,
+    QueuedHook, RelationEndpoint, RelationRecord, UnitSnapshot, actions, app_of, commit, config,
+    operations, removal, snapshot, status,
 };
 pub use charm_model::{CommitError, CommitReceipt, Committed, Fence, HookCommit, StoreError};
 
@@ -339,6 +340,53 @@ pub trait StateStore: Send + Sync {
                 self,
                 Step::write("set_config", "config of", app, &reads),
                 |tx| config::set_config(tx, app, &set, &reset),
+            )
+            .await
+        })
+    }
+
+    /// Starts action `action` on `unit` with the parameters given (checked and typed against
+    /// the charm's declaration before anything is written), at `now_ms`: its record and its
+    /// hook, in one step ([`charm_model::actions::enqueue_action`]).
+    fn run_action<'a>(
+        &'a self,
+        unit: &'a str,
+        action: &'a str,
+        params: BTreeMap<String, ConfigValue>,
+        now_ms: u64,
+    ) -> StoreFuture<'a, ActionQueued> {
+        Box::pin(async move {
+            let app = app_of(unit);
+            let reads = [Records::App(app), Records::Unit(unit), Records::Queue(unit)];
+            run(
+                self,
+                Step::write("run_action", "running an action on", unit, &reads),
+                |tx| actions::enqueue_action(tx, unit, action, params.clone(), now_ms),
+            )
+            .await
+        })
+    }
+
+    /// The action with this id ([`charm_model::actions::show_action`]).
+    fn action<'a>(&'a self, id: u64) -> StoreFuture<'a, ActionRecord> {
+        Box::pin(async move {
+            run(
+                self,
+                Step::read("action", "reading an action", "", &[]),
+                |tx| actions::show_action(tx, id),
+            )
+            .await
+        })
+    }
+
+    /// Records that the hook of action `id` started at `now_ms`
+    /// ([`charm_model::actions::start_action`]).
+    fn start_action<'a>(&'a self, id: u64, now_ms: u64) -> StoreFuture<'a, ActionRecord> {
+        Box::pin(async move {
+            run(
+                self,
+                Step::write("start_action", "starting an action", "", &[]),
+                |tx| actions::start_action(tx, id, now_ms),
             )
             .await
         })

@@ -122,7 +122,16 @@ fn status_kind(status: &Status) -> StatusKind {
     }
 }
 
-fn to_model(value: &ConfigValue) -> charm_model::ConfigValue {
+pub(super) fn to_model_type(kind: crate::OptionType) -> charm_model::OptionType {
+    match kind {
+        crate::OptionType::String => charm_model::OptionType::String,
+        crate::OptionType::Int => charm_model::OptionType::Int,
+        crate::OptionType::Float => charm_model::OptionType::Float,
+        crate::OptionType::Boolean => charm_model::OptionType::Boolean,
+    }
+}
+
+pub(super) fn to_model(value: &ConfigValue) -> charm_model::ConfigValue {
     match value {
         ConfigValue::String(s) => charm_model::ConfigValue::String(s.clone()),
         ConfigValue::Int(i) => charm_model::ConfigValue::Int(*i),
@@ -207,12 +216,7 @@ impl Hook {
             .iter()
             .map(|o| charm_model::ConfigOptionMeta {
                 name: o.name.clone(),
-                kind: match o.kind {
-                    crate::OptionType::String => charm_model::OptionType::String,
-                    crate::OptionType::Int => charm_model::OptionType::Int,
-                    crate::OptionType::Float => charm_model::OptionType::Float,
-                    crate::OptionType::Boolean => charm_model::OptionType::Boolean,
-                },
+                kind: to_model_type(o.kind),
                 default: o.default.as_ref().map(to_model),
                 description: String::new(),
             })

@@ -147,6 +147,10 @@ pub enum Outcome {
     /// The hook returned `Ok`, but its writes exceed one of the host's limits
     /// ([`charm_model::limits`]), named here: the host fails the hook with this message.
     OverLimit(String),
+    /// The hook never ran: the action's parameters do not match what the charm declares
+    /// ([`charm_model::actions::checked_params`]), as the message says. The host refuses
+    /// such a run when the operator asks for it.
+    Refused(String),
 }
 
 impl Outcome {
@@ -370,6 +374,19 @@ impl<C: Charm> Context<C> {
             panic!("inconsistent test state for {}: {why}", self.metadata.name);
         }
         let app = crate::testing::app_of(&self.unit).to_string();
+        if let Event::Action(action) = &mut event
+            && let Err(why) = checked_action_params(&self.metadata, &app, action)
+        {
+            return Output {
+                outcome: Outcome::Refused(why),
+                state,
+                logs: Vec::new(),
+                action: None,
+                is_leader_answers: Vec::new(),
+                leadership_refusals: 0,
+                emitted: Vec::new(),
+            };
+        }
         let hook = Rc::new(RefCell::new(Hook::new(
             &self.unit,
             self.metadata.clone(),
@@ -482,6 +499,131 @@ impl<C: Charm> Context<C> {
         }
         Ok(())
     }
+}
+
+/// The native harness's check of an action run: [`check_action_params`] on the charm's
+/// metadata as the host reads it.
+fn checked_action_params(
+    metadata: &Metadata,
+    app: &str,
+    action: &mut crate::ActionEvent,
+) -> Result<(), String> {
+    let declared = charm_model::CharmMetadata {
+        name: metadata.name.clone(),
+        actions: metadata
+            .actions
+            .iter()
+            .map(|a| charm_model::ActionMeta {
+                name: a.name.clone(),
+                description: a.description.clone(),
+                params: a
+                    .params
+                    .iter()
+                    .map(|p| charm_model::ActionParamMeta {
+                        name: p.name.clone(),
+                        kind: host::to_model_type(p.kind),
+                        description: p.description.clone(),
+                        default: p.default.as_ref().map(host::to_model),
+                        required: p.required,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        ..Default::default()
+    };
+    check_action_params(&declared, app, action)
+}
+
+/// Checks an action run of `app` against what its charm declares, with the host's own rule
+/// ([`charm_model::actions::checked_params`]), and replaces its parameters with what the
+/// hook then gets: each typed as declared, plus the defaults of those left out. An error
+/// names what is wrong: the run is refused, as the host refuses it. A [`HookRunner`] calls
+/// it before running an action, so that every runner gives the same verdict.
+///
+/// ```
+/// use charm_sdk::ActionEvent;
+/// use charm_sdk::testing::check_action_params;
+/// use charm_model::{ActionMeta, ActionParamMeta, CharmMetadata, OptionType};
+///
+/// let metadata = CharmMetadata {
+///     name: "kv".into(),
+///     actions: vec![ActionMeta {
+///         name: "get".into(),
+///         description: String::new(),
+///         params: vec![ActionParamMeta {
+///             name: "key".into(),
+///             kind: OptionType::String,
+///             description: String::new(),
+///             default: None,
+///             required: true,
+///         }],
+///     }],
+///     ..Default::default()
+/// };
+/// let mut run = ActionEvent::new("get").param("key", "colour");
+/// assert!(check_action_params(&metadata, "kv", &mut run).is_ok());
+/// let mut missing = ActionEvent::new("get");
+/// let why = check_action_params(&metadata, "kv", &mut missing).unwrap_err();
+/// assert!(why.contains("key"), "{why}");
+/// ```
+pub fn check_action_params(
+    metadata: &charm_model::CharmMetadata,
+    app: &str,
+    action: &mut crate::ActionEvent,
+) -> Result<(), String> {
+    let given = params_to_model(&action.name, &action.params)?;
+    let checked = charm_model::actions::checked_params(app, metadata, &action.name, given)
+        .map_err(|e| e.to_string())?;
+    action.params = params_to_json(checked);
+    Ok(())
+}
+
+/// An action run's JSON parameters as the model's values. Only text, numbers and booleans
+/// are parameter values.
+fn params_to_model(
+    action: &str,
+    params: &serde_json::Map<String, serde_json::Value>,
+) -> Result<BTreeMap<String, charm_model::ConfigValue>, String> {
+    use charm_model::ConfigValue as V;
+    params
+        .iter()
+        .map(|(key, value)| {
+            let value = match value {
+                serde_json::Value::String(s) => V::String(s.clone()),
+                serde_json::Value::Bool(b) => V::Boolean(*b),
+                serde_json::Value::Number(n) => match n.as_i64() {
+                    Some(i) => V::Int(i),
+                    None => V::Float(n.as_f64().unwrap_or(f64::NAN)),
+                },
+                other => {
+                    return Err(format!(
+                        "action {action}: parameter {key:?} is {other}, not a string, number or \
+                         boolean"
+                    ));
+                }
+            };
+            Ok((key.clone(), value))
+        })
+        .collect()
+}
+
+/// Checked parameters as the JSON object the charm's hook receives.
+fn params_to_json(
+    params: BTreeMap<String, charm_model::ConfigValue>,
+) -> serde_json::Map<String, serde_json::Value> {
+    use charm_model::ConfigValue as V;
+    params
+        .into_iter()
+        .map(|(key, value)| {
+            let value = match value {
+                V::String(s) => serde_json::Value::String(s),
+                V::Int(i) => i.into(),
+                V::Float(f) => f.into(),
+                V::Boolean(b) => b.into(),
+            };
+            (key, value)
+        })
+        .collect()
 }
 
 impl<C: Charm> HookRunner for Context<C> {

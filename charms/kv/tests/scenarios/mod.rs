@@ -127,19 +127,28 @@ pub fn get_on_any_unit(runner: &dyn HookRunner) {
     );
 }
 
-/// Bad parameters fail the hook: nothing is applied, and the action reports why.
+/// Bad parameters refuse the run before the hook starts, as the host refuses it: nothing is
+/// applied, and the refusal names the parameter at fault.
 pub fn bad_params_apply_nothing(runner: &dyn HookRunner) {
-    let put = ActionEvent::new("put").param("key", "colour");
     let state = State::default().leader(true).relation(cluster());
-    let out = runner.run(Event::Action(put), state.clone());
-    assert!(
-        matches!(out.outcome, Outcome::Failed(_)),
-        "{:?}",
-        out.outcome
-    );
-    assert_eq!(out.state, state);
-    let failure = out.action.unwrap().failure.unwrap();
-    assert!(failure.contains("value"), "{failure}");
+    let missing = ActionEvent::new("put").param("key", "colour");
+    let undeclared = ActionEvent::new("get")
+        .param("key", "colour")
+        .param("colour", "blue");
+    let mistyped = ActionEvent::new("get").param("key", 7);
+    for (run, named) in [
+        (missing, "value"),
+        (undeclared, "colour"),
+        (mistyped, "key"),
+    ] {
+        let out = runner.run(Event::Action(run), state.clone());
+        match &out.outcome {
+            Outcome::Refused(why) => assert!(why.contains(named), "{why}"),
+            other => panic!("{named}: {other:?}"),
+        }
+        assert_eq!(out.state, state);
+        assert_eq!(out.action, None, "the hook ran");
+    }
 }
 
 /// The lease moves to another unit while the leader's hook runs: the hook is not refused

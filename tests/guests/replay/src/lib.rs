@@ -11,7 +11,7 @@
 // The world `use`s `context`, `event` and `metadata`, so the bindings define them here.
 // Their generated functions take as many arguments as the WIT's records have fields.
 #![allow(clippy::too_many_arguments)]
-wit_bindgen::generate!({ path: "../../../wit", world: "juju:charm/charm@0.1.0" });
+wit_bindgen::generate!({ path: "../../../wit/0.2.0", world: "juju:charm/charm@0.2.0" });
 
 use std::hint::black_box;
 

@@ -1,0 +1,183 @@
+//! Contract versions: the host runs charms built against every version it supports (the
+//! frozen `juju:charm@0.1.0` and the current 0.2.0) through the same model rules, and
+//! refuses a component of any other version naming the versions it runs.
+
+use std::path::Path;
+
+use charm_host::charm::{ContractVersion, LoadError, SUPPORTED_VERSIONS};
+use charm_host::model::{OptionType, RelationRole};
+use charm_sdk::testing::{HookRunner, Outcome, Relation, State};
+use charm_sdk::{ActionEvent, Event, Status};
+use charm_tests::{WasmContext, guests, runtime};
+
+#[test]
+fn a_charm_built_against_0_1_0_loads_with_its_metadata() {
+    let charm = runtime()
+        .load_file(Path::new(guests::CONTRACT_V0_1))
+        .unwrap();
+    assert_eq!(charm.contract_version(), ContractVersion::V0_1);
+    let meta = charm.metadata();
+    assert_eq!(meta.name, "contract-v0-1");
+    assert_eq!(meta.summary, "Built against juju:charm@0.1.0");
+    let db = meta.endpoint("db").expect("the db endpoint");
+    assert_eq!(db.role, RelationRole::Requires);
+    assert_eq!(db.interface, "pgsql");
+    assert_eq!(db.limit, Some(1));
+    let greeting = meta.option("greeting").expect("the greeting option");
+    assert_eq!(greeting.kind, OptionType::String);
+    assert_eq!(
+        greeting.default,
+        Some(charm_host::model::ConfigValue::String("hello".into()))
+    );
+    assert_eq!(meta.actions.len(), 1);
+    assert_eq!(meta.actions[0].name, "ping");
+    // 0.1.0 has no parameter declarations.
+    assert!(meta.actions[0].params.is_empty());
+}
+
+#[test]
+fn a_charm_built_against_0_1_0_runs_its_hooks_under_the_current_rules() {
+    let ctx = WasmContext::new(&runtime(), guests::CONTRACT_V0_1);
+
+    let out = ctx.run(Event::Install, State::default());
+    assert_eq!(out.outcome, Outcome::Committed);
+    assert_eq!(
+        out.state.unit_status,
+        Status::active("installed under 0.1.0")
+    );
+    assert_eq!(out.state.stored["installed"], "yes");
+    assert_eq!(out.logs.len(), 1);
+    assert_eq!(out.logs[0].message, "installing under 0.1.0");
+
+    let db = Relation::new(3, "db", "pg").remote_unit("pg/0", [("host", "pg-0.pg")]);
+    let changed = db.changed(Some("pg/0"));
+    let out = ctx.run(changed, State::default().relation(db));
+    assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
+    let bag = &out.state.relation_by_id(3).unwrap().local_unit_data;
+    assert_eq!(bag["greeting"], "hello");
+    assert_eq!(bag["remote-app"], "pg");
+    assert_eq!(bag["remote-host"], "pg-0.pg");
+    // The model's refusals reach the old charm as 0.1.0's errors.
+    assert_eq!(bag["app-write"], "not-leader");
+    assert_eq!(bag["unknown-option"], "colour");
+
+    let out = ctx.run(Event::Action(ActionEvent::new("ping")), State::default());
+    assert_eq!(out.outcome, Outcome::Committed);
+    let action = out.action.expect("the action's output");
+    assert_eq!(action.results["pong"], "contract-v0-1/0");
+    assert_eq!(action.log, ["pinged"]);
+}
+
+#[test]
+fn a_charm_of_the_current_contract_declares_typed_action_parameters() {
+    let charm = runtime().load_file(Path::new(guests::KV)).unwrap();
+    assert_eq!(charm.contract_version(), ContractVersion::V0_2);
+    let put = charm
+        .metadata()
+        .actions
+        .iter()
+        .find(|a| a.name == "put")
+        .expect("kv's put action");
+    let params: Vec<_> = put
+        .params
+        .iter()
+        .map(|p| (p.name.as_str(), p.kind, p.required))
+        .collect();
+    assert_eq!(
+        params,
+        [
+            ("key", OptionType::String, true),
+            ("value", OptionType::String, true)
+        ]
+    );
+}
+
+#[test]
+fn a_component_of_an_unknown_contract_version_is_refused_naming_the_versions_run() {
+    let err = runtime()
+        .load_file(Path::new(guests::CONTRACT_UNKNOWN))
+        .err()
+        .expect("a 9.9.9 component is refused");
+    let text = err.to_string();
+    assert!(matches!(err, LoadError::WrongWorld { .. }), "{text}");
+    assert!(text.contains("`juju:charm/log@9.9.9`"), "{text}");
+    assert!(text.contains("\"9.9.9\""), "{text}");
+    assert!(text.contains("0.1.0, 0.2.0"), "{text}");
+    assert_eq!(SUPPORTED_VERSIONS, ["0.1.0", "0.2.0"]);
+}
+
+#[test]
+fn a_component_of_neither_world_is_refused_naming_the_versions_run() {
+    let err = runtime()
+        .load_file(Path::new(guests::OTHER_WORLD))
+        .err()
+        .unwrap();
+    let text = err.to_string();
+    assert!(
+        text.contains(
+            "not a charm of world `juju:charm/charm` at a version this host runs (0.1.0, 0.2.0)"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_postgresql_leader_draws_its_password_from_the_hosts_secure_source() {
+    let ctx = WasmContext::new(&runtime(), guests::POSTGRESQL);
+    let password = || {
+        let out = ctx.run(Event::LeaderElected, State::default().leader(true));
+        assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
+        out.state.leader_data["password"].clone()
+    };
+    let (first, second) = (password(), password());
+    for p in [&first, &second] {
+        assert_eq!(p.len(), 32, "{p}");
+        assert!(p.bytes().all(|b| b.is_ascii_hexdigit()), "{p}");
+    }
+    // 128 bits each: equal only if the source repeats itself.
+    assert_ne!(first, second);
+}
+
+#[test]
+fn inspect_shows_the_contract_version_and_the_action_parameters() {
+    let inspect = |path: &str| {
+        let out = std::process::Command::new(charm_tests::charm_host_binary())
+            .args(["inspect", path])
+            .output()
+            .expect("charm-host runs");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), stdout, stderr)
+    };
+    let (ok, kv, stderr) = inspect(guests::KV);
+    assert!(ok, "{stderr}");
+    assert!(kv.contains("Contract  juju:charm@0.2.0"), "{kv}");
+    let rows: Vec<Vec<&str>> = kv
+        .lines()
+        .skip_while(|l| !l.starts_with("Action  Parameter"))
+        .map(|l| l.split_whitespace().take(5).collect())
+        .collect();
+    assert_eq!(
+        rows[..3],
+        [
+            vec!["Action", "Parameter", "Type", "Default", "Required"],
+            vec!["put", "key", "string", "yes", "The"],
+            vec!["put", "value", "string", "yes", "The"],
+        ],
+        "{kv}"
+    );
+
+    let (ok, old, stderr) = inspect(guests::CONTRACT_V0_1);
+    assert!(ok, "{stderr}");
+    assert!(old.contains("Contract  juju:charm@0.1.0"), "{old}");
+    assert!(old.contains("ping    Answers pong"), "{old}");
+    assert!(!old.contains("Parameter"), "{old}");
+
+    let (ok, _, stderr) = inspect(guests::CONTRACT_UNKNOWN);
+    assert!(!ok, "a 9.9.9 component was inspected");
+    assert!(
+        stderr.contains("at a version this host runs (0.1.0, 0.2.0)")
+            && stderr.contains("contract version \"9.9.9\" is not one this host runs"),
+        "{stderr}"
+    );
+}
