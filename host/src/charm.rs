@@ -645,7 +645,7 @@ impl Charm {
                 self.handle_hook,
             )
             .map_err(wrong_world)?;
-        convert_metadata(meta).map_err(|reason| LoadError::Metadata {
+        metadata_from_contract(meta).map_err(|reason| LoadError::Metadata {
             path: path.to_owned(),
             reason,
         })
@@ -883,6 +883,10 @@ fn typed_default(
         types::ConfigValue::Boolean(b) => ConfigValue::Boolean(b),
     });
     match default {
+        // Stored as JSON, which has no NaN or infinity: it would come back as null.
+        Some(ConfigValue::Float(f)) if !f.is_finite() => {
+            Err(format!("{}: default {f} is not a finite number", what()))
+        }
         Some(d) => match d.coerce(kind) {
             Some(d) => Ok(Some(d)),
             None => Err(format!("{}: default is not a {}", what(), kind.as_str())),
@@ -891,7 +895,10 @@ fn typed_default(
     }
 }
 
-fn convert_metadata(meta: bindings::types::Metadata) -> Result<CharmMetadata, String> {
+/// A charm's metadata, as its component declares it in the current contract, converted to
+/// the model's and checked: names present and declared once, defaults of their option's or
+/// parameter's type. `Err` says what is wrong, for [`LoadError::Metadata`].
+pub fn metadata_from_contract(meta: bindings::types::Metadata) -> Result<CharmMetadata, String> {
     use bindings::types as t;
     if meta.name.is_empty() {
         return Err("the charm's name is empty".into());
@@ -899,6 +906,9 @@ fn convert_metadata(meta: bindings::types::Metadata) -> Result<CharmMetadata, St
     let mut seen = std::collections::BTreeSet::new();
     let mut relations = Vec::new();
     for r in meta.relations {
+        if r.name.is_empty() {
+            return Err("an endpoint has an empty name".into());
+        }
         if !seen.insert(r.name.clone()) {
             return Err(format!("endpoint {:?} is declared twice", r.name));
         }
@@ -914,7 +924,14 @@ fn convert_metadata(meta: bindings::types::Metadata) -> Result<CharmMetadata, St
         });
     }
     let mut config = Vec::new();
+    let mut seen_options = std::collections::BTreeSet::new();
     for o in meta.config {
+        if o.name.is_empty() {
+            return Err("a config option has an empty name".into());
+        }
+        if !seen_options.insert(o.name.clone()) {
+            return Err(format!("config option {:?} is declared twice", o.name));
+        }
         let kind = option_type(o.kind);
         let default = typed_default(o.default, kind, || format!("config option {:?}", o.name))?;
         config.push(ConfigOptionMeta {
@@ -927,6 +944,9 @@ fn convert_metadata(meta: bindings::types::Metadata) -> Result<CharmMetadata, St
     let mut actions = Vec::new();
     let mut seen_actions = std::collections::BTreeSet::new();
     for a in meta.actions {
+        if a.name.is_empty() {
+            return Err("an action has an empty name".into());
+        }
         if !seen_actions.insert(a.name.clone()) {
             return Err(format!("action {:?} is declared twice", a.name));
         }
@@ -1045,7 +1065,7 @@ mod tests {
                 Some(types::ConfigValue::Int(1)),
             ),
         ]);
-        let meta = convert_metadata(meta).unwrap();
+        let meta = metadata_from_contract(meta).unwrap();
         let params = &meta.actions[0].params;
         assert_eq!(
             params[0],
@@ -1068,7 +1088,7 @@ mod tests {
             types::OptionType::Int,
             Some(types::ConfigValue::String("soon".into())),
         )]);
-        let why = convert_metadata(mistyped).unwrap_err();
+        let why = metadata_from_contract(mistyped).unwrap_err();
         assert_eq!(
             why,
             "action \"put\" parameter \"ttl\": default is not a int"
@@ -1077,11 +1097,60 @@ mod tests {
             param("key", types::OptionType::String, None),
             param("key", types::OptionType::Int, None),
         ]);
-        let why = convert_metadata(twice).unwrap_err();
+        let why = metadata_from_contract(twice).unwrap_err();
         assert_eq!(why, "action \"put\" parameter \"key\" is declared twice");
         let unnamed = with_params(vec![param("", types::OptionType::String, None)]);
-        let why = convert_metadata(unnamed).unwrap_err();
+        let why = metadata_from_contract(unnamed).unwrap_err();
         assert_eq!(why, "action \"put\": a parameter has an empty name");
+    }
+
+    /// Found by the `metadata` fuzz target: each was accepted, and a NaN default was
+    /// stored as JSON `null`, which no store could read back.
+    #[test]
+    fn unnamed_twice_declared_or_non_finite_declarations_refuse_the_metadata() {
+        let option = |name: &str, default: Option<types::ConfigValue>| types::ConfigOption {
+            name: name.into(),
+            kind: types::OptionType::Float,
+            default,
+            description: String::new(),
+        };
+        let mut endpoint = with_params(Vec::new());
+        endpoint.relations.push(types::RelationMeta {
+            name: String::new(),
+            role: types::RelationRole::Peers,
+            interface: "kv".into(),
+            limit: None,
+        });
+        let mut unnamed_option = with_params(Vec::new());
+        unnamed_option.config.push(option("", None));
+        let mut option_twice = with_params(Vec::new());
+        option_twice.config = vec![option("ratio", None), option("ratio", None)];
+        let mut nan = with_params(Vec::new());
+        nan.config
+            .push(option("ratio", Some(types::ConfigValue::Float(f64::NAN))));
+        let mut unnamed_action = with_params(Vec::new());
+        unnamed_action.actions[0].name.clear();
+        let infinite = with_params(vec![param(
+            "ttl",
+            types::OptionType::Float,
+            Some(types::ConfigValue::Float(f64::INFINITY)),
+        )]);
+        for (meta, why) in [
+            (endpoint, "an endpoint has an empty name"),
+            (unnamed_option, "a config option has an empty name"),
+            (option_twice, "config option \"ratio\" is declared twice"),
+            (
+                nan,
+                "config option \"ratio\": default NaN is not a finite number",
+            ),
+            (unnamed_action, "an action has an empty name"),
+            (
+                infinite,
+                "action \"put\" parameter \"ttl\": default inf is not a finite number",
+            ),
+        ] {
+            assert_eq!(metadata_from_contract(meta).unwrap_err(), why);
+        }
     }
 
     #[test]
@@ -1107,7 +1176,7 @@ mod tests {
                 description: "p".into(),
             }],
         });
-        let meta = convert_metadata(meta).unwrap();
+        let meta = metadata_from_contract(meta).unwrap();
         assert_eq!(meta.relations[0].role, RelationRole::Requires);
         assert_eq!(meta.relations[0].limit, Some(1));
         assert_eq!(meta.config[0].default, Some(ConfigValue::Int(5432)));

@@ -20,7 +20,11 @@ fn a_full_disk_and_a_read_only_file_system_get_clear_errors_and_lose_nothing() {
     let out = Command::new("unshare")
         .args(["--map-root-user", "--mount"])
         .arg(&exe)
-        .args(["--exact", "bad_store_in_its_own_mount_namespace", "--ignored"])
+        .args([
+            "--exact",
+            "bad_store_in_its_own_mount_namespace",
+            "--ignored",
+        ])
         .args(["--nocapture", "--test-threads", "1"])
         .env(CHILD, "1")
         .output()
@@ -60,10 +64,14 @@ fn bad_store_in_its_own_mount_namespace() {
         &["add-unit", "discourse", "-n", "3"],
         &["remove-relation", "discourse", "postgresql"],
     ] {
-        model.refused(&args, "full");
+        model.refused(args, "full");
     }
     std::fs::remove_file(&filler).unwrap();
-    assert_eq!(model.fingerprint(), before, "a refused write on a full disk left a trace");
+    assert_eq!(
+        model.fingerprint(),
+        before,
+        "a refused write on a full disk left a trace"
+    );
     model.ok(&["config", "discourse", "external_hostname=space.example"]);
     let before = model.fingerprint();
 
@@ -73,10 +81,14 @@ fn bad_store_in_its_own_mount_namespace() {
         &["config", "discourse", "external_hostname=ro.example"][..],
         &["add-unit", "discourse"],
     ] {
-        model.refused(&args, "read-only");
+        model.refused(args, "read-only");
     }
     mount(&["-o", "remount,rw"], &disk);
-    assert_eq!(model.fingerprint(), before, "a refused write on a read-only disk left a trace");
+    assert_eq!(
+        model.fingerprint(),
+        before,
+        "a refused write on a read-only disk left a trace"
+    );
 }
 
 struct Model {
@@ -153,7 +165,11 @@ impl Model {
 }
 
 fn mount(args: &[&str], target: &Path) {
-    let out = Command::new("mount").args(args).arg(target).output().unwrap();
+    let out = Command::new("mount")
+        .args(args)
+        .arg(target)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "mount {args:?} {}: {}",
@@ -173,5 +189,9 @@ fn fill(path: &Path) {
         }
     }
     // The last partial block too.
-    while file.write_all(&[0u8; 512]).and_then(|()| file.sync_all()).is_ok() {}
+    while file
+        .write_all(&[0u8; 512])
+        .and_then(|()| file.sync_all())
+        .is_ok()
+    {}
 }

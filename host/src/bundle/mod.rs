@@ -17,8 +17,8 @@ use serde_yaml::Value;
 use crate::charm::{Charm, CharmRuntime};
 use crate::controller::{Controller, ControllerError};
 use crate::model::ConfigValue;
-use charm_model::StoreError;
 use charm_model::endpoints::{self, Side};
+use charm_model::{OptionType, StoreError};
 
 pub use charm_ref::{CharmRef, is_valid_name};
 pub use export::{ExportedApp, ExportedBundle, export};
@@ -229,7 +229,8 @@ fn yaml_to_config(value: &Value) -> Option<ConfigValue> {
         Value::Number(n) => n
             .as_i64()
             .map(ConfigValue::Int)
-            .or_else(|| n.as_f64().map(ConfigValue::Float)),
+            // `.nan` and `.inf` are YAML floats, but JSON, which stores them, has neither.
+            .or_else(|| n.as_f64().filter(|f| f.is_finite()).map(ConfigValue::Float)),
         Value::String(s) => Some(ConfigValue::String(s.clone())),
         _ => None,
     }
@@ -479,8 +480,13 @@ impl Checker<'_> {
                 None => issues.push(Issue {
                     loc,
                     message: format!(
-                        "application {name}: option {option:?} must be a {}",
-                        declared.kind.as_str()
+                        "application {name}: option {option:?} must be a {}{}",
+                        declared.kind.as_str(),
+                        if declared.kind == OptionType::Float {
+                            " (a finite number)"
+                        } else {
+                            ""
+                        }
                     ),
                 }),
             }

@@ -463,7 +463,8 @@ fn disk_is_full(path: &Path) -> bool {
     };
     let probe = dir.join(format!(
         ".{}-space-probe-{}",
-        path.file_name().map_or_else(Default::default, |n| n.to_string_lossy()),
+        path.file_name()
+            .map_or_else(Default::default, |n| n.to_string_lossy()),
         std::process::id()
     ));
     let full = match std::fs::File::create(&probe) {

@@ -1,0 +1,3 @@
+//! The fuzz targets' checks.
+
+pub mod checks;
