@@ -300,6 +300,7 @@ impl Controller {
             charm: charm_ref.to_string(),
             metadata,
             config: settings,
+            module: None,
         };
         match self.shared.store.add_application(record.clone()).await {
             Ok(()) => {}

@@ -133,12 +133,14 @@ async fn deploy(store: &dyn Store) -> Model {
             ],
         ),
         config: BTreeMap::from([("greeting".to_string(), ConfigValue::String("hi".into()))]),
+        module: None,
     };
     let db = ApplicationRecord {
         name: "db".into(),
         charm: "charms/db.wasm".into(),
         metadata: metadata("db", vec![endpoint("db", RelationRole::Provides, "pgsql")]),
         config: BTreeMap::new(),
+        module: None,
     };
     let other = ApplicationRecord {
         name: "other".into(),
@@ -148,6 +150,7 @@ async fn deploy(store: &dyn Store) -> Model {
             vec![endpoint("db", RelationRole::Requires, "pgsql")],
         ),
         config: BTreeMap::new(),
+        module: None,
     };
     for app in [web, db, other] {
         store.add_application(app).await.unwrap();
@@ -1286,6 +1289,7 @@ fn app(name: &str, relations: Vec<EndpointMeta>) -> ApplicationRecord {
         charm: format!("charms/{name}.wasm"),
         metadata: metadata(name, relations),
         config: BTreeMap::new(),
+        module: None,
     }
 }
 
@@ -2492,6 +2496,7 @@ async fn deploy_kv(store: &dyn Store) {
         charm: "charms/kv.wasm".into(),
         metadata,
         config: BTreeMap::new(),
+        module: None,
     };
     store.deploy(kv, 2).await.unwrap();
     settle(store).await;

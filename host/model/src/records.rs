@@ -328,6 +328,11 @@ pub struct ApplicationRecord {
     pub metadata: CharmMetadata,
     /// The operator's config settings (defaults are not copied here).
     pub config: BTreeMap<String, ConfigValue>,
+    /// The SHA-256 (lowercase hex) of its charm's module, whose bytes the store keeps
+    /// ([`crate::tx::ModelTx::module_stored`]) so that every host runs the same ones;
+    /// `None` for an application whose hosts load its module from `charm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
 }
 
 impl ApplicationRecord {

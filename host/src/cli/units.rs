@@ -50,6 +50,7 @@ pub async fn deploy(args: DeployArgs) -> Result<()> {
         charm: path.display().to_string(),
         metadata,
         config,
+        module: None,
     };
     let store = args.model.store.open(true, REQUEST_TIMEOUT).await?;
     let deployed = store

@@ -163,6 +163,14 @@ impl StateStore for MeteredStore {
         })
     }
 
+    fn put_module<'a>(&'a self, bytes: &'a [u8]) -> StoreFuture<'a, String> {
+        self.inner.put_module(bytes)
+    }
+
+    fn module<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        self.inner.module(hash)
+    }
+
     fn commit_hook<'a>(&'a self, request: HookCommit<'a>) -> CommitFuture<'a> {
         Box::pin(async move {
             let started = Instant::now();
@@ -202,6 +210,7 @@ mod tests {
                 ..Default::default()
             },
             config: BTreeMap::new(),
+            module: None,
         };
         store.add_application(app).await.unwrap();
         let unit = store.add_unit("app").await.unwrap();
