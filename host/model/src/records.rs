@@ -582,6 +582,10 @@ pub struct UnitSnapshot {
     /// The last term for which the unit ran leader-elected, unless it has run a hook as a
     /// follower since (host bookkeeping; hooks do not see it).
     pub elected_term: Option<u64>,
+    /// The hash of the module the application runs ([`ApplicationRecord::module`]): a host
+    /// whose loaded module differs loads this one before the hook runs (host bookkeeping;
+    /// hooks do not see it).
+    pub module: Option<String>,
 }
 
 /// The relation a relation hook is about, as the receiving unit sees it.

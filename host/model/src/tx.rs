@@ -41,6 +41,8 @@ pub struct AppView {
     pub leader_data: SharedBag,
     /// Its status, as its leader set it.
     pub status: Status,
+    /// The hash of its module ([`ApplicationRecord::module`]).
+    pub module: Option<String>,
 }
 
 /// What a store holds of an application's pod spec, against a write.

@@ -65,11 +65,7 @@ pub fn upgrade_charm<T: ModelTx + ?Sized>(
             .relations
             .iter()
             .find(|e| e.name == local.endpoint);
-        let Some(new) = metadata
-            .relations
-            .iter()
-            .find(|e| e.name == local.endpoint)
-        else {
+        let Some(new) = metadata.relations.iter().find(|e| e.name == local.endpoint) else {
             return Err(invalid(format!(
                 "application {app}: charm {} has no endpoint {:?}, which {named} uses",
                 metadata.name, local.endpoint
@@ -80,11 +76,7 @@ pub fn upgrade_charm<T: ModelTx + ?Sized>(
         {
             return Err(invalid(format!(
                 "application {app}: endpoint {:?} changes from {:?} {} to {:?} {} while {named} uses it",
-                local.endpoint,
-                old.role,
-                old.interface,
-                new.role,
-                new.interface
+                local.endpoint, old.role, old.interface, new.role, new.interface
             )));
         }
     }

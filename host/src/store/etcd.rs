@@ -1257,6 +1257,7 @@ impl ModelTx for EtcdTx<'_> {
             status: self
                 .doc(&self.store.app_status_key(app))?
                 .unwrap_or_default(),
+            module: doc.record.module,
         }))
     }
 

@@ -300,6 +300,7 @@ impl ModelTx for MemoryTx<'_> {
             config: a.config.clone(),
             leader_data: a.leader_data.clone(),
             status: a.status.clone(),
+            module: a.record.module.clone(),
         }))
     }
 

@@ -816,9 +816,7 @@ fn application_record(
     name: &str,
 ) -> Result<Option<ApplicationRecord>, StoreError> {
     let row = conn
-        .prepare_cached(
-            "SELECT charm, metadata, config, module FROM applications WHERE name = ?1",
-        )
+        .prepare_cached("SELECT charm, metadata, config, module FROM applications WHERE name = ?1")
         .and_then(|mut s| {
             s.query_row([name], |r| {
                 Ok((
@@ -1099,15 +1097,17 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn app_view(&mut self, app: &str) -> TxResult<Option<AppView>> {
-        let row: Option<(String, String, String)> = self
+        let row: Option<(String, String, String, Option<String>)> = self
             .conn
-            .prepare_cached("SELECT metadata, config, status FROM applications WHERE name = ?1")
+            .prepare_cached(
+                "SELECT metadata, config, status, module FROM applications WHERE name = ?1",
+            )
             .and_then(|mut s| {
-                s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
                     .optional()
             })
             .db()?;
-        let Some((metadata, config, status)) = row else {
+        let Some((metadata, config, status, module)) = row else {
             return Ok(None);
         };
         Ok(Some(AppView {
@@ -1118,6 +1118,7 @@ impl ModelTx for SqliteTx<'_> {
                 &[&app],
             )?),
             status: decode(&status, || format!("status of {app}"))?,
+            module,
         }))
     }
 

@@ -10,13 +10,13 @@ use charm_model::error::not_found;
 pub use charm_model::operations::Deployed;
 pub use charm_model::removal::AppRemoval;
 pub use charm_model::snapshot::UnitDetails;
-pub use charm_model::upgrade::Upgraded;
 pub use charm_model::status::{AppStatusRow, ModelStatus, UnitStatusRow};
 use charm_model::tx::ModelTx;
+pub use charm_model::upgrade::Upgraded;
 use charm_model::{
-    ActionRecord, ApplicationRecord, Changes, CharmMetadata, ConfigValue, Hook, LogRecord, PodSpecRecord,
-    QueuedHook, RelationEndpoint, RelationRecord, UnitSnapshot, actions, app_of, commit, config,
-    operations, removal, snapshot, status, upgrade,
+    ActionRecord, ApplicationRecord, Changes, CharmMetadata, ConfigValue, Hook, LogRecord,
+    PodSpecRecord, QueuedHook, RelationEndpoint, RelationRecord, UnitSnapshot, actions, app_of,
+    commit, config, operations, removal, snapshot, status, upgrade,
 };
 pub use charm_model::{CommitError, CommitReceipt, Committed, Fence, HookCommit, StoreError};
 
