@@ -275,12 +275,25 @@ fn three_hosts_follow_scale_and_config_changes() {
         done["started"].is_string() && done["completed"].is_string(),
         "{done}"
     );
-    // An action whose hook fails fails, and the unit is not in error for it.
+    // Parameters are checked before anything is queued: a required one left out is refused
+    // at once, and no action is recorded for it.
+    let refused = Command::new(&bin)
+        .args(["run-action", "kv/0", "get", "--store", &store])
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success(),
+        "a missing parameter was accepted"
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("required parameter key"), "{stderr}");
+    // An action the charm fails is failed, and the unit is not in error for it.
     let failed = Command::new(&bin)
         .args([
             "run-action",
             "kv/0",
             "get",
+            "key=missing",
             "--wait",
             "60",
             "--store",
@@ -291,7 +304,7 @@ fn three_hosts_follow_scale_and_config_changes() {
     assert!(!failed.status.success(), "a failed action exited 0");
     let stderr = String::from_utf8_lossy(&failed.stderr);
     assert!(
-        stderr.contains("failed") && stderr.contains("key"),
+        stderr.contains("failed") && stderr.contains("missing"),
         "{stderr}"
     );
     let shown = operate(&bin, &store, &["show-action", "2", "--format", "json"]);

@@ -317,6 +317,13 @@ fn actions_are_checked_before_anything_is_queued(op: &Operator) {
         &["run-action", "kv/0", "backup"],
         &["no action \"backup\"", "put, get, members"],
     );
+    op.refused(
+        &["run-action", "kv/0", "put", "key=a"],
+        &[
+            "action put of application kv",
+            "required parameter value not given",
+        ],
+    );
     op.refused(&["run-action", "kv/9", "members"], &["unit kv/9"]);
     op.refused(&["run-action", "kv/0", "members", "x"], &["KEY=VALUE"]);
     op.refused(
