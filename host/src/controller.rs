@@ -183,6 +183,12 @@ impl Shared {
     }
 }
 
+/// What gives a host the executor of an application first seen in the store: from the
+/// application's record and the module the store keeps for it (`None` for one deployed
+/// before the store kept modules); `None` leaves its units for later.
+pub type LoadCharm =
+    dyn Fn(&ApplicationRecord, Option<&[u8]>) -> Option<Arc<dyn HookExecutor>> + Send + Sync;
+
 /// Runs the units of a model: one agent per unit, each with its hook queue and leadership
 /// tracker, over one store.
 pub struct Controller {
@@ -527,14 +533,7 @@ impl Controller {
     /// runs none here (the first time an application is seen, `load` gives what runs its
     /// hooks; `None` leaves its units for later), and stops the agent of each unit the
     /// store no longer has. Returns the units it started.
-    pub async fn adopt(
-        &self,
-        load: &(
-             dyn Fn(&ApplicationRecord, Option<&[u8]>) -> Option<Arc<dyn HookExecutor>>
-                 + Send
-                 + Sync
-         ),
-    ) -> Result<Vec<String>, StoreError> {
+    pub async fn adopt(&self, load: &LoadCharm) -> Result<Vec<String>, StoreError> {
         let store = &self.shared.store;
         let mut present = Vec::new();
         let mut started = Vec::new();

@@ -2853,7 +2853,7 @@ async fn refused_upgrades_change_nothing(store: &dyn Store) {
             .upgrade_charm("web", "n.wasm", web_next(provides), &next)
             .await
             .unwrap_err(),
-        &["\"db\"", "Requires", "Provides"],
+        &["\"db\"", "from requires pgsql to provides pgsql"],
     );
     invalid(
         store

@@ -10,8 +10,17 @@
 
 use crate::error::{StoreError, invalid, not_found};
 use crate::operations::{enqueue, live_units};
-use crate::records::{CharmMetadata, Hook, QueuedHook};
+use crate::records::{CharmMetadata, Hook, QueuedHook, RelationRole};
 use crate::tx::ModelTx;
+
+/// Juju's word for an endpoint's role, as metadata.yaml has it.
+fn role(role: RelationRole) -> &'static str {
+    match role {
+        RelationRole::Provides => "provides",
+        RelationRole::Requires => "requires",
+        RelationRole::Peers => "peers",
+    }
+}
 
 /// What an upgrade did.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -75,8 +84,12 @@ pub fn upgrade_charm<T: ModelTx + ?Sized>(
             && (old.interface != new.interface || old.role != new.role)
         {
             return Err(invalid(format!(
-                "application {app}: endpoint {:?} changes from {:?} {} to {:?} {} while {named} uses it",
-                local.endpoint, old.role, old.interface, new.role, new.interface
+                "application {app}: endpoint {:?} changes from {} {} to {} {} while {named} uses it",
+                local.endpoint,
+                role(old.role),
+                old.interface,
+                role(new.role),
+                new.interface
             )));
         }
     }
