@@ -56,14 +56,23 @@ fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// Kills the hosts when the test ends, passing or not.
-struct Hosts(Vec<Child>);
+/// Kills the hosts when the test ends, passing or not; a failed test shows the end of
+/// each host's log (in the directory held) to say why.
+struct Hosts(Vec<Child>, std::path::PathBuf);
 
 impl Drop for Hosts {
     fn drop(&mut self) {
         for child in &mut self.0 {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            for log in ["a.log", "b.log", "c.log"] {
+                let text = std::fs::read_to_string(self.1.join(log)).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(40)..];
+                eprintln!("--- {log} (last {} lines)\n{}", tail.len(), tail.join("\n"));
+            }
         }
     }
 }
@@ -120,7 +129,7 @@ fn three_hosts_follow_scale_and_config_changes() {
     };
 
     // Each host runs its share, by name or glob, including units added later.
-    let mut hosts = Hosts(Vec::new());
+    let mut hosts = Hosts(Vec::new(), dir.path().to_path_buf());
     hosts.0.push(host(
         &bin,
         &bundle,
