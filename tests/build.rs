@@ -88,12 +88,12 @@ fn main() {
         ));
         names.push_str(&format!("$m!({});\n", ident.to_uppercase()));
     }
+    // Not in `foreach_guest!`: a release of discourse, not a guest of its own.
     consts.push_str(&format!(
         "/// The compiled `discourse` guest's next release: another image by default, and a \
          `plugins` option.\npub const DISCOURSE_NEXT: &str = {:?};\n",
         discourse_next.display().to_string()
     ));
-    names.push_str("$m!(DISCOURSE_NEXT);\n");
     let foreach = format!(
         "/// Invokes `$m!(guest)` for every guest.\n#[macro_export]\nmacro_rules! foreach_guest {{\n($m:ident) => {{\n{names}}};\n}}\n"
     );
