@@ -50,6 +50,9 @@ const OPERATIONS: &[&str] = &[
     "set_hook_error",
     "pod_spec",
     "status",
+    "upgrade_charm",
+    "put_module",
+    "module",
 ];
 
 /// A store whose requests are measured in [`StoreMetrics`]; otherwise the store it wraps.
@@ -164,11 +167,11 @@ impl StateStore for MeteredStore {
     }
 
     fn put_module<'a>(&'a self, bytes: &'a [u8]) -> StoreFuture<'a, String> {
-        self.inner.put_module(bytes)
+        self.timed("put_module", self.inner.put_module(bytes))
     }
 
     fn module<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
-        self.inner.module(hash)
+        self.timed("module", self.inner.module(hash))
     }
 
     fn commit_hook<'a>(&'a self, request: HookCommit<'a>) -> CommitFuture<'a> {
