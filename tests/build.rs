@@ -37,6 +37,28 @@ fn main() {
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_BUILD_TARGET");
+    // The next release of discourse first (built into the same place, so it is copied
+    // out before the guests' build replaces it), to upgrade discourse to.
+    let mut next = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    next.current_dir(root)
+        .args(["build", "--profile", "charm", "--target", "wasm32-wasip2"])
+        .args(["-p", "discourse", "--features", "discourse/next-release"])
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET");
+    assert!(
+        next.status()
+            .expect("cannot run cargo to build the guest charms")
+            .success(),
+        "building discourse's next release failed"
+    );
+    let discourse_next = out.join("discourse_next.wasm");
+    std::fs::copy(
+        target_dir.join("wasm32-wasip2/charm/discourse.wasm"),
+        &discourse_next,
+    )
+    .expect("cannot copy discourse's next release");
     for guest in GUESTS {
         cmd.args(["-p", guest]);
     }
@@ -66,6 +88,12 @@ fn main() {
         ));
         names.push_str(&format!("$m!({});\n", ident.to_uppercase()));
     }
+    // Not in `foreach_guest!`: a release of discourse, not a guest of its own.
+    consts.push_str(&format!(
+        "/// The compiled `discourse` guest's next release: another image by default, and a \
+         `plugins` option.\npub const DISCOURSE_NEXT: &str = {:?};\n",
+        discourse_next.display().to_string()
+    ));
     let foreach = format!(
         "/// Invokes `$m!(guest)` for every guest.\n#[macro_export]\nmacro_rules! foreach_guest {{\n($m:ident) => {{\n{names}}};\n}}\n"
     );

@@ -49,6 +49,7 @@ fn app(name: &str, role: RelationRole) -> ApplicationRecord {
             actions: vec![],
         },
         config: BTreeMap::new(),
+        module: None,
     }
 }
 

@@ -31,6 +31,23 @@ pub trait HookExecutor: Send + Sync + 'static {
         guarantee: Option<Arc<dyn GuaranteeWatch>>,
         hook: Hook,
     ) -> BoxFuture<'static, HookRun>;
+
+    /// The hash of the module it runs ([`crate::store::module_hash`]); `None` for one that
+    /// runs no module kept in a store (a native stand-in).
+    fn module_hash(&self) -> Option<&str> {
+        None
+    }
+
+    /// Loads the module `bytes` into an executor of its own kind (same engine, limits and
+    /// cache); `name` names it in errors. `None` if it runs no modules.
+    fn load_module(
+        &self,
+        name: &str,
+        bytes: &[u8],
+    ) -> Option<Result<Arc<dyn HookExecutor>, String>> {
+        let _ = (name, bytes);
+        None
+    }
 }
 
 impl HookExecutor for Charm {
@@ -58,6 +75,22 @@ impl HookExecutor for Charm {
                 Err(e) => HookRun::failed_to_run(format!("hook task failed: {e}")),
             }
         })
+    }
+
+    fn module_hash(&self) -> Option<&str> {
+        Some(Charm::module_hash(self))
+    }
+
+    fn load_module(
+        &self,
+        name: &str,
+        bytes: &[u8],
+    ) -> Option<Result<Arc<dyn HookExecutor>, String>> {
+        Some(
+            self.load_sibling(std::path::Path::new(name), bytes)
+                .map(|charm| Arc::new(charm) as Arc<dyn HookExecutor>)
+                .map_err(|e| e.to_string()),
+        )
     }
 }
 

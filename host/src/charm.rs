@@ -401,6 +401,8 @@ impl CharmRuntime {
             metadata: Arc::default(),
             loaded_from,
             pod_specs: Arc::default(),
+            module: Arc::from(bytes),
+            module_hash: Arc::from(crate::store::module_hash(bytes)),
         };
         charm.metadata = Arc::new(charm.read_metadata(&path)?);
         // Only a charm that loaded is worth keeping.
@@ -537,6 +539,10 @@ pub struct Charm {
     loaded_from: LoadedFrom,
     /// The pod spec each of its applications last set, validated.
     pod_specs: Arc<crate::podspec::LastValid>,
+    /// Its module's bytes, as kept in the store, and their hash
+    /// ([`crate::store::module_hash`]).
+    module: Arc<[u8]>,
+    module_hash: Arc<str>,
 }
 
 /// How a hook ended.
@@ -590,6 +596,22 @@ pub trait GuaranteeWatch: Send + Sync + 'static {
 }
 
 impl Charm {
+    /// Its module's bytes.
+    pub fn module(&self) -> &[u8] {
+        &self.module
+    }
+
+    /// The hash its module is kept under in the store ([`crate::store::module_hash`]).
+    pub fn module_hash(&self) -> &str {
+        &self.module_hash
+    }
+
+    /// Loads another module with this charm's runtime (its engine, limits and cache);
+    /// `path` names it in errors.
+    pub fn load_sibling(&self, path: &Path, bytes: &[u8]) -> Result<Charm, LoadError> {
+        self.runtime.load(path, bytes)
+    }
+
     /// The charm's metadata.
     pub fn metadata(&self) -> &Arc<CharmMetadata> {
         &self.metadata

@@ -17,6 +17,7 @@ use crate::model::{
     ApplicationRecord, CharmMetadata, ConfigValue, Hook, RelationEndpoint, RelationRecord,
     RelationRole, app_of,
 };
+use crate::module_switch::ModuleSwitch;
 use crate::store::{ModelStatus, QueuedHook, Store, StoreError};
 
 /// Called with every hook run, as it ends.
@@ -182,6 +183,12 @@ impl Shared {
     }
 }
 
+/// What gives a host the executor of an application first seen in the store: from the
+/// application's record and the module the store keeps for it (`None` for one deployed
+/// before the store kept modules); `None` leaves its units for later.
+pub type LoadCharm =
+    dyn Fn(&ApplicationRecord, Option<&[u8]>) -> Option<Arc<dyn HookExecutor>> + Send + Sync;
+
 /// Runs the units of a model: one agent per unit, each with its hook queue and leadership
 /// tracker, over one store.
 pub struct Controller {
@@ -238,8 +245,18 @@ impl Controller {
         units: u32,
     ) -> Result<Vec<String>, ControllerError> {
         let metadata = charm.metadata().as_ref().clone();
-        self.deploy_with(app, Arc::new(charm), metadata, charm_ref, config, units)
-            .await
+        // The store keeps the module, so every host runs these bytes wherever the file is.
+        let module = self.shared.store.put_module(charm.module()).await?;
+        self.deploy_module(
+            app,
+            Arc::new(charm),
+            metadata,
+            charm_ref,
+            config,
+            units,
+            Some(module),
+        )
+        .await
     }
 
     /// Deploys `units` units of `app` whose hooks `executor` runs; `metadata` is what the
@@ -253,6 +270,24 @@ impl Controller {
         config: BTreeMap<String, ConfigValue>,
         units: u32,
     ) -> Result<Vec<String>, ControllerError> {
+        self.deploy_module(app, executor, metadata, charm_ref, config, units, None)
+            .await
+    }
+
+    /// [`deploy_with`](Self::deploy_with), the application's record naming `module`, kept
+    /// in the store already.
+    #[allow(clippy::too_many_arguments)]
+    async fn deploy_module(
+        &self,
+        app: &str,
+        executor: Arc<dyn HookExecutor>,
+        metadata: CharmMetadata,
+        charm_ref: &str,
+        config: BTreeMap<String, ConfigValue>,
+        units: u32,
+        module: Option<String>,
+    ) -> Result<Vec<String>, ControllerError> {
+        let executor = ModuleSwitch::wrap(app, self.shared.store.clone(), executor);
         match self.shared.store.application(app).await {
             Ok(existing) => {
                 // A changed option is applied as `charm-host config` applies it: checked,
@@ -300,6 +335,7 @@ impl Controller {
             charm: charm_ref.to_string(),
             metadata,
             config: settings,
+            module,
         };
         match self.shared.store.add_application(record.clone()).await {
             Ok(()) => {}
@@ -497,10 +533,7 @@ impl Controller {
     /// runs none here (the first time an application is seen, `load` gives what runs its
     /// hooks; `None` leaves its units for later), and stops the agent of each unit the
     /// store no longer has. Returns the units it started.
-    pub async fn adopt(
-        &self,
-        load: &(dyn Fn(&ApplicationRecord) -> Option<Arc<dyn HookExecutor>> + Send + Sync),
-    ) -> Result<Vec<String>, StoreError> {
+    pub async fn adopt(&self, load: &LoadCharm) -> Result<Vec<String>, StoreError> {
         let store = &self.shared.store;
         let mut present = Vec::new();
         let mut started = Vec::new();
@@ -532,7 +565,25 @@ impl Controller {
                 .unwrap_or_else(|e| e.into_inner())
                 .get(&app.name)
                 .cloned();
-            let Some(executor) = known.or_else(|| load(&app)) else {
+            let executor = match known {
+                Some(known) => Some(known),
+                None => {
+                    // The module the store keeps, if the record names one.
+                    let bytes = match &app.module {
+                        Some(hash) => match store.module(hash).await? {
+                            Some(bytes) => Some(bytes),
+                            None => {
+                                tracing::warn!(app = %app.name, module = %hash, "its module is not in the store");
+                                continue;
+                            }
+                        },
+                        None => None,
+                    };
+                    load(&app, bytes.as_deref())
+                        .map(|e| ModuleSwitch::wrap(&app.name, store.clone(), e))
+                }
+            };
+            let Some(executor) = executor else {
                 continue;
             };
             self.executors

@@ -26,6 +26,7 @@ mod imports;
 pub mod leadership;
 pub mod metrics;
 pub mod model;
+mod module_switch;
 mod output;
 pub mod podspec;
 pub mod sim;

@@ -187,6 +187,9 @@ enum Command {
     RemoveUnit(cli::units::RemoveUnitArgs),
     /// Removes an application; refused while it has relations, unless --force.
     RemoveApplication(cli::units::RemoveApplicationArgs),
+    /// Moves an application to a new charm module: checked against its relations;
+    /// upgrade-charm, then config-changed, run on every unit.
+    UpgradeCharm(cli::upgrade::UpgradeCharmArgs),
     /// Relates two applications (`app` or `app:endpoint` each).
     Relate(cli::relations::RelationArgs),
     /// Removes a relation: relation-departed, then relation-broken, on both sides.
@@ -340,6 +343,7 @@ fn main() -> Result<()> {
         Command::AddUnit(args) => block_on(cli::units::add_unit(args)),
         Command::RemoveUnit(args) => block_on(cli::units::remove_unit(args)),
         Command::RemoveApplication(args) => block_on(cli::units::remove_application(args)),
+        Command::UpgradeCharm(args) => block_on(cli::upgrade::run(args)),
         Command::Relate(args) => block_on(cli::relations::relate(args)),
         Command::RemoveRelation(args) => block_on(cli::relations::remove(args)),
         Command::DebugLog(args) => block_on(cli::debug_log::run(args)),
@@ -882,7 +886,8 @@ const MODEL_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Keeps the host's agents in line with the model while it runs: units that operators add
 /// (`add-unit`, `deploy`) get agents here if this host runs them; removed units' agents
-/// stop. An application this host has no charm for is loaded from its record's module path.
+/// stop. An application this host has no charm for is loaded from the module the store
+/// keeps for it (from its record's path, for one deployed before the store kept modules).
 /// Every `update_status`, update-status is queued on the units this host runs.
 async fn watch_model(
     controller: Arc<Controller>,
@@ -892,8 +897,13 @@ async fn watch_model(
 ) {
     let mut status_due = tokio::time::Instant::now() + update_status;
     let unloadable = std::sync::Mutex::new(std::collections::BTreeSet::new());
-    let load = move |app: &charm_host::model::ApplicationRecord| {
-        match runtime.load_file(std::path::Path::new(&app.charm)) {
+    let load = move |app: &charm_host::model::ApplicationRecord, module: Option<&[u8]>| {
+        let path = std::path::Path::new(&app.charm);
+        let loaded = match module {
+            Some(bytes) => runtime.load(path, bytes),
+            None => runtime.load_file(path),
+        };
+        match loaded {
             Ok(charm) => {
                 if let Some(metrics) = &metrics {
                     metrics.charm_loaded(charm.loaded_from());

@@ -17,7 +17,7 @@ use charm_host::model::{
 };
 use charm_host::store::{
     Claim, CommitError, CommitReceipt, Committed, Fence, Lease, LeaseStore, MemoryStore,
-    QueuedHook, SqliteStore, StateStore, Store, StoreError, routing,
+    QueuedHook, SqliteStore, StateStore, Store, StoreError, module_hash, routing,
 };
 use charm_model::limits;
 use serde_json::json;
@@ -133,12 +133,14 @@ async fn deploy(store: &dyn Store) -> Model {
             ],
         ),
         config: BTreeMap::from([("greeting".to_string(), ConfigValue::String("hi".into()))]),
+        module: None,
     };
     let db = ApplicationRecord {
         name: "db".into(),
         charm: "charms/db.wasm".into(),
         metadata: metadata("db", vec![endpoint("db", RelationRole::Provides, "pgsql")]),
         config: BTreeMap::new(),
+        module: None,
     };
     let other = ApplicationRecord {
         name: "other".into(),
@@ -148,6 +150,7 @@ async fn deploy(store: &dyn Store) -> Model {
             vec![endpoint("db", RelationRole::Requires, "pgsql")],
         ),
         config: BTreeMap::new(),
+        module: None,
     };
     for app in [web, db, other] {
         store.add_application(app).await.unwrap();
@@ -1286,6 +1289,7 @@ fn app(name: &str, relations: Vec<EndpointMeta>) -> ApplicationRecord {
         charm: format!("charms/{name}.wasm"),
         metadata: metadata(name, relations),
         config: BTreeMap::new(),
+        module: None,
     }
 }
 
@@ -2492,6 +2496,7 @@ async fn deploy_kv(store: &dyn Store) {
         charm: "charms/kv.wasm".into(),
         metadata,
         config: BTreeMap::new(),
+        module: None,
     };
     store.deploy(kv, 2).await.unwrap();
     settle(store).await;
@@ -2680,6 +2685,188 @@ async fn refused_actions_change_nothing(store: &dyn Store) {
     assert_eq!(first.action.id, 1);
 }
 
+// ---------------------------------------------------------------- upgrade-charm
+
+/// A module's bytes: over two of etcd's chunks, so a store that splits them joins them.
+fn module_bytes(tag: &str) -> Vec<u8> {
+    let mut bytes = format!("\0asm module {tag}\n").into_bytes();
+    bytes.extend((0..1_300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8));
+    bytes
+}
+
+async fn modules_are_kept_by_content_hash(store: &dyn Store) {
+    let bytes = module_bytes("a");
+    let hash = store.put_module(&bytes).await.unwrap();
+    assert_eq!(hash, module_hash(&bytes));
+    assert_eq!(hash.len(), 64, "SHA-256 in hex: {hash}");
+    // Content-addressed: the same bytes again are the same module.
+    assert_eq!(store.put_module(&bytes).await.unwrap(), hash);
+    assert_eq!(
+        store.module(&hash).await.unwrap().as_deref(),
+        Some(&bytes[..])
+    );
+    let other = module_bytes("b");
+    let other_hash = store.put_module(&other).await.unwrap();
+    assert_ne!(other_hash, hash);
+    assert_eq!(store.module(&other_hash).await.unwrap(), Some(other));
+    assert_eq!(
+        store.module(&module_hash(b"never kept")).await.unwrap(),
+        None
+    );
+}
+
+/// `web`'s next release: the same endpoints, `greeting` gone, `colour` new, `port` kept.
+fn web_next(relations: Vec<EndpointMeta>) -> CharmMetadata {
+    let mut next = metadata("web", relations);
+    next.config.retain(|o| o.name != "greeting");
+    next.config.push(ConfigOptionMeta {
+        name: "colour".into(),
+        kind: OptionType::String,
+        default: Some(ConfigValue::String("blue".into())),
+        description: "new in this release".into(),
+    });
+    next
+}
+
+fn web_endpoints() -> Vec<EndpointMeta> {
+    vec![
+        endpoint("db", RelationRole::Requires, "pgsql"),
+        endpoint("cluster", RelationRole::Peers, "web-peers"),
+    ]
+}
+
+async fn upgrade_charm_carries_settings_over_and_fires_upgrade_then_config_changed(
+    store: &dyn Store,
+) {
+    deploy(store).await;
+    store
+        .set_config("web", texts(&[("port", "8080")]), vec![])
+        .await
+        .unwrap();
+    settle(store).await;
+    let v2 = module_bytes("web v2");
+    let upgraded = store
+        .upgrade_charm("web", "charms/web-v2.wasm", web_next(web_endpoints()), &v2)
+        .await
+        .unwrap();
+    assert_eq!(upgraded.old_module, None, "deployed without a kept module");
+    assert_eq!(upgraded.new_module, module_hash(&v2));
+    assert_eq!(upgraded.added, ["colour"]);
+    assert_eq!(upgraded.dropped, ["greeting"], "its option is gone");
+    assert_eq!(
+        units_and_hooks(&upgraded.queued),
+        ["web/0", "web/1", "web/2"]
+            .iter()
+            .flat_map(|u| [on(u, Hook::UpgradeCharm), on(u, Hook::ConfigChanged)])
+            .collect::<Vec<_>>()
+    );
+    assert_increasing(&upgraded.queued);
+    let record = store.application("web").await.unwrap();
+    assert_eq!(record.charm, "charms/web-v2.wasm");
+    assert_eq!(record.module.as_deref(), Some(upgraded.new_module.as_str()));
+    assert_eq!(record.metadata, web_next(web_endpoints()));
+    assert_eq!(
+        record.config,
+        BTreeMap::from([("port".to_string(), ConfigValue::Int(8080))])
+    );
+    // The next hook sees the new module and config: the new option at its default.
+    let seen = store.snapshot("web/1").await.unwrap();
+    assert_eq!(seen.module, record.module);
+    assert_eq!(seen.config["colour"], ConfigValue::String("blue".into()));
+    assert_eq!(seen.config["port"], ConfigValue::Int(8080));
+    assert!(!seen.config.contains_key("greeting"));
+    for unit in ["db/0", "other/0"] {
+        assert_eq!(
+            store.queued(unit).await.unwrap(),
+            [],
+            "{unit} heard web's upgrade"
+        );
+    }
+    assert_eq!(store.module(&upgraded.new_module).await.unwrap(), Some(v2));
+    // The next upgrade starts from this module.
+    settle(store).await;
+    let v3 = module_bytes("web v3");
+    let again = store
+        .upgrade_charm("web", "charms/web-v3.wasm", web_next(web_endpoints()), &v3)
+        .await
+        .unwrap();
+    assert_eq!(again.old_module, Some(upgraded.new_module));
+    assert_eq!((again.added.len(), again.dropped.len()), (0, 0));
+    assert_eq!(again.queued.len(), 6);
+}
+
+async fn refused_upgrades_change_nothing(store: &dyn Store) {
+    deploy(store).await;
+    store
+        .set_config("web", texts(&[("port", "8080")]), vec![])
+        .await
+        .unwrap();
+    store.remove_application("other", true).await.unwrap();
+    let before = fingerprint(store).await;
+    let invalid = |e: StoreError, words: &[&str]| match &e {
+        StoreError::Invalid(m) if words.iter().all(|w| m.contains(w)) => {}
+        other => panic!("expected a refusal naming {words:?}, got {other:?}"),
+    };
+    let next = module_bytes("next");
+    assert_eq!(
+        store
+            .upgrade_charm("nope", "n.wasm", web_next(web_endpoints()), &next)
+            .await
+            .unwrap_err(),
+        StoreError::NotFound("application nope".into())
+    );
+    // An endpoint in use disappears: the relation using it is named.
+    let without_db = vec![endpoint("cluster", RelationRole::Peers, "web-peers")];
+    invalid(
+        store
+            .upgrade_charm("web", "n.wasm", web_next(without_db), &next)
+            .await
+            .unwrap_err(),
+        &["web", "no endpoint \"db\"", "web:db db:db"],
+    );
+    let without_peers = vec![endpoint("db", RelationRole::Requires, "pgsql")];
+    invalid(
+        store
+            .upgrade_charm("web", "n.wasm", web_next(without_peers), &next)
+            .await
+            .unwrap_err(),
+        &["\"cluster\"", "web:cluster"],
+    );
+    // An endpoint in use changes its interface, or its role.
+    let mysql = vec![
+        endpoint("db", RelationRole::Requires, "mysql"),
+        endpoint("cluster", RelationRole::Peers, "web-peers"),
+    ];
+    invalid(
+        store
+            .upgrade_charm("web", "n.wasm", web_next(mysql), &next)
+            .await
+            .unwrap_err(),
+        &["\"db\"", "pgsql", "mysql", "web:db db:db"],
+    );
+    let provides = vec![
+        endpoint("db", RelationRole::Provides, "pgsql"),
+        endpoint("cluster", RelationRole::Peers, "web-peers"),
+    ];
+    invalid(
+        store
+            .upgrade_charm("web", "n.wasm", web_next(provides), &next)
+            .await
+            .unwrap_err(),
+        &["\"db\"", "from requires pgsql to provides pgsql"],
+    );
+    invalid(
+        store
+            .upgrade_charm("other", "n.wasm", metadata("other", vec![]), &next)
+            .await
+            .unwrap_err(),
+        &["other", "being removed"],
+    );
+    assert_eq!(fingerprint(store).await, before, "a refused upgrade wrote");
+    // The module written ahead of the refused step is harmless, and kept by its hash.
+    assert_eq!(store.module(&module_hash(&next)).await.unwrap(), Some(next));
+}
+
 // ---------------------------------------------------------------- the suite, per backend
 
 macro_rules! contract {
@@ -2768,6 +2955,9 @@ contract! {
     charm_logs_are_kept_per_unit_in_a_bounded_ring,
     actions_are_recorded_with_their_hook_and_end_in_its_commit,
     refused_actions_change_nothing,
+    modules_are_kept_by_content_hash,
+    upgrade_charm_carries_settings_over_and_fires_upgrade_then_config_changed,
+    refused_upgrades_change_nothing,
 }
 
 // ---------------------------------------------------------------- etcd only
@@ -3249,9 +3439,14 @@ mod sqlite_only {
         assert_eq!(user_version(&path), 1);
 
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 5);
+        assert_eq!(user_version(&path), 6);
         let snap = store.snapshot("web/0").await.unwrap();
         assert_eq!(snap.stored["k"], "v", "version 1 data was lost");
+        assert_eq!(
+            store.application("web").await.unwrap().module,
+            None,
+            "a migrated application names no kept module"
+        );
         assert_eq!(
             store.action(1).await.unwrap_err(),
             StoreError::NotFound("action 1".into()),
@@ -3326,7 +3521,7 @@ mod sqlite_only {
         // Reopening a current file migrates nothing and keeps the queues.
         drop(store);
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 5);
+        assert_eq!(user_version(&path), 6);
         assert_eq!(store.queued("web/0").await.unwrap(), queued[1..]);
         assert_eq!(store.queued("web/1").await.unwrap(), deployed);
     }
@@ -3345,10 +3540,12 @@ mod sqlite_only {
         assert!(!before.relations.is_empty());
         {
             // What a version 2 host left: no index, no `dying` columns and no logs (version 4),
-            // no actions (version 5).
+            // no actions (version 5), no modules (version 6).
             let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch(
                 "DROP TABLE relation_apps;
+                 DROP TABLE modules;
+                 ALTER TABLE applications DROP COLUMN module;
                  ALTER TABLE applications DROP COLUMN dying;
                  ALTER TABLE units DROP COLUMN dying;
                  ALTER TABLE relations DROP COLUMN dying;
@@ -3359,7 +3556,7 @@ mod sqlite_only {
             .unwrap();
         }
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 5);
+        assert_eq!(user_version(&path), 6);
         assert_eq!(store.snapshot("web/0").await.unwrap(), before);
         let fence = hold(&store, "web", "web/0", LONG).await;
         let committed = store

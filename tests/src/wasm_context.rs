@@ -109,6 +109,7 @@ impl WasmContext {
             app_status: host_status(&state.app_status),
             stored: Arc::new(state.stored.clone()),
             elected_term: None,
+            module: None,
         }
     }
 }

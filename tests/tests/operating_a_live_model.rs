@@ -1,6 +1,7 @@
 //! Operating a live model: three `charm-host` processes share one SQLite store while an
 //! operator scales discourse from 3 units to 5 and then to 2 (removing its leader on the
-//! way) and changes its `external_hostname`, and runs actions on kv. Hosts adopt the units
+//! way), changes its `external_hostname`, upgrades it to a module whose image differs, and
+//! runs actions on kv. Hosts adopt the units
 //! added while they run and stop the agents of removed ones; the model settles with one
 //! leader per application, and discourse's pod spec shows the change.
 
@@ -55,14 +56,23 @@ fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// Kills the hosts when the test ends, passing or not.
-struct Hosts(Vec<Child>);
+/// Kills the hosts when the test ends, passing or not; a failed test shows the end of
+/// each host's log (in the directory held) to say why.
+struct Hosts(Vec<Child>, std::path::PathBuf);
 
 impl Drop for Hosts {
     fn drop(&mut self) {
         for child in &mut self.0 {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            for log in ["a.log", "b.log", "c.log"] {
+                let text = std::fs::read_to_string(self.1.join(log)).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(40)..];
+                eprintln!("--- {log} (last {} lines)\n{}", tail.len(), tail.join("\n"));
+            }
         }
     }
 }
@@ -95,6 +105,8 @@ fn three_hosts_follow_scale_and_config_changes() {
     std::fs::copy(guests::DISCOURSE, dir.path().join("discourse.wasm")).unwrap();
     std::fs::copy(guests::POSTGRESQL, dir.path().join("postgresql.wasm")).unwrap();
     std::fs::copy(guests::KV, dir.path().join("kv.wasm")).unwrap();
+    let next = dir.path().join("discourse-next.wasm");
+    std::fs::copy(guests::DISCOURSE_NEXT, &next).unwrap();
     let bundle = dir.path().join("bundle.yaml");
     std::fs::write(
         &bundle,
@@ -117,7 +129,7 @@ fn three_hosts_follow_scale_and_config_changes() {
     };
 
     // Each host runs its share, by name or glob, including units added later.
-    let mut hosts = Hosts(Vec::new());
+    let mut hosts = Hosts(Vec::new(), dir.path().to_path_buf());
     hosts.0.push(host(
         &bin,
         &bundle,
@@ -202,6 +214,40 @@ fn three_hosts_follow_scale_and_config_changes() {
     assert_eq!(
         shown["settings"]["external_hostname"]["value"],
         "forum.example.com"
+    );
+
+    // Upgraded to the next release: only its module sets DISCOURSE_PLUGINS, so the pod
+    // spec shows the hosts run it, with the image its new default names.
+    let upgraded = operate(
+        &bin,
+        &store,
+        &[
+            "upgrade-charm",
+            "discourse",
+            "--path",
+            next.to_str().unwrap(),
+        ],
+    );
+    assert!(upgraded.contains("plugins"), "{upgraded}");
+    wait_until(
+        Duration::from_secs(60),
+        "the pod spec shows the next release's image",
+        || {
+            pod_spec().is_some_and(|p| {
+                let spec = p.spec.to_string();
+                spec.contains("discourse/discourse:2.7") && spec.contains("DISCOURSE_PLUGINS")
+            })
+        },
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "two discourse units settle on the next release",
+        || status().is_some_and(|s| settled(&s, "discourse", 2)),
+    );
+    let spec = pod_spec().unwrap().spec.to_string();
+    assert!(
+        spec.contains("forum.example.com"),
+        "the operator's setting was lost: {spec}"
     );
 
     // An action on kv, waited for: its results come back from the unit's hook.

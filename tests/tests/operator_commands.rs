@@ -30,6 +30,11 @@ impl Operator {
         std::fs::copy(guests::DISCOURSE, dir.path().join("discourse.wasm")).unwrap();
         std::fs::copy(guests::POSTGRESQL, dir.path().join("postgresql.wasm")).unwrap();
         std::fs::copy(guests::KV, dir.path().join("kv.wasm")).unwrap();
+        std::fs::copy(
+            guests::DISCOURSE_NEXT,
+            dir.path().join("discourse-next.wasm"),
+        )
+        .unwrap();
         std::fs::write(dir.path().join("not-a-charm.wasm"), b"hello").unwrap();
         Operator {
             bin: charm_tests::charm_host_binary(),
@@ -270,6 +275,7 @@ fn operator_commands_change_the_model_and_refusals_change_nothing(op: Operator) 
     assert_eq!(op.json(&["debug-log"]), serde_json::json!([]));
 
     actions_are_checked_before_anything_is_queued(&op);
+    upgrades_are_checked_before_anything_is_written(&op);
 
     let removing = op.ok(&["remove-relation", "discourse", "db"]);
     assert!(removing.contains("discourse:db db:db"), "{removing}");
@@ -350,4 +356,72 @@ fn actions_are_checked_before_anything_is_queued(op: &Operator) {
         stderr.contains("action 2 on kv/0 is still pending"),
         "{stderr}"
     );
+}
+
+/// `upgrade-charm`: a file that is not a charm, an unknown application, and a charm that
+/// drops an endpoint in use are refused and write nothing; an upgrade queues upgrade-charm
+/// then config-changed on every unit, and says which options it added.
+fn upgrades_are_checked_before_anything_is_written(op: &Operator) {
+    let file = |name: &str| op.dir.path().join(name).to_str().unwrap().to_string();
+    let (next, first, kv) = (
+        file("discourse-next.wasm"),
+        file("discourse.wasm"),
+        file("kv.wasm"),
+    );
+    op.refused(
+        &[
+            "upgrade-charm",
+            "discourse",
+            "--path",
+            &file("not-a-charm.wasm"),
+        ],
+        &["upgrade-charm discourse", "not-a-charm.wasm"],
+    );
+    op.refused(
+        &["upgrade-charm", "nope", "--path", &next],
+        &["application nope"],
+    );
+    // kv has no `db` endpoint, which discourse's relation to db uses.
+    op.refused(
+        &["upgrade-charm", "discourse", "--path", &kv],
+        &["no endpoint \"db\"", "discourse:db db:db"],
+    );
+    op.refused(&["upgrade-charm", "discourse"], &["--path"]);
+
+    let before = op.json(&["config", "discourse"]);
+    assert!(before["settings"].get("plugins").is_none(), "{before}");
+    let out = op.ok(&["upgrade-charm", "discourse", "--path", &next]);
+    assert!(
+        out.contains("Upgraded discourse")
+            && out.contains("Options added (at their defaults): plugins.")
+            && out.contains("upgrade-charm"),
+        "{out}"
+    );
+    let after = op.json(&["config", "discourse"]);
+    assert_eq!(
+        after["settings"]["image"]["value"],
+        "discourse/discourse:2.7"
+    );
+    assert_eq!(after["settings"]["plugins"]["source"], "default");
+    for unit in ["discourse/0", "discourse/1", "discourse/2"] {
+        let queued = op.json(&["show-unit", unit])["queued_hooks"].clone();
+        let queued: Vec<&str> = queued
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h.as_str().unwrap())
+            .collect();
+        assert!(queued.contains(&"upgrade-charm"), "{unit}: {queued:?}");
+    }
+
+    // Back to the first module: the JSON names both, and nothing is added or dropped.
+    let back = op.json(&["upgrade-charm", "discourse", "--path", &first]);
+    let (old, new) = (
+        back["old_module"].as_str().unwrap(),
+        back["new_module"].as_str().unwrap(),
+    );
+    assert!(old.len() == 64 && new.len() == 64 && old != new, "{back}");
+    assert_eq!(back["options_added"], serde_json::json!([]));
+    assert_eq!(back["settings_dropped"], serde_json::json!([]));
+    assert_eq!(back["application"], "discourse");
 }

@@ -20,22 +20,30 @@ const DB: Requirer = Requirer::new("db");
 /// The database Discourse asks PostgreSQL for.
 const DATABASE: &str = "discourse";
 
+/// The image run unless the operator sets `image`.
+const DEFAULT_IMAGE: &str = if cfg!(feature = "next-release") {
+    "discourse/discourse:2.7"
+} else {
+    "discourse/discourse:2.6"
+};
+
 impl Charm for Discourse {
     fn metadata() -> Metadata {
-        Metadata::new("discourse")
+        let metadata = Metadata::new("discourse")
             .summary("Discourse discussion forum")
             .requires("db", "pgsql")
-            .string_option(
-                "image",
-                Some("discourse/discourse:2.6"),
-                "The Discourse image",
-            )
+            .string_option("image", Some(DEFAULT_IMAGE), "The Discourse image")
             .string_option(
                 "external_hostname",
                 Some("discourse.local"),
                 "The forum's public host name",
             )
-            .string_option("developer_emails", None, "Comma-separated admin e-mails")
+            .string_option("developer_emails", None, "Comma-separated admin e-mails");
+        if cfg!(feature = "next-release") {
+            metadata.string_option("plugins", Some(""), "Comma-separated plugin names")
+        } else {
+            metadata
+        }
     }
 
     fn observe(model: &Model, event: &Event) -> HookResult {
@@ -92,12 +100,15 @@ fn configure(model: &Model) -> HookResult {
     if model.is_leader() {
         let image: String = model.config().get("image")?;
         let hostname: String = model.config().get("external_hostname")?;
-        let spec = PodSpec::new().container(
-            Container::new("discourse", image)
-                .port("http", 3000)
-                .env("DISCOURSE_HOSTNAME", hostname)
-                .env("DISCOURSE_DB", master.as_str()),
-        );
+        let mut container = Container::new("discourse", image)
+            .port("http", 3000)
+            .env("DISCOURSE_HOSTNAME", hostname)
+            .env("DISCOURSE_DB", master.as_str());
+        if cfg!(feature = "next-release") {
+            let plugins: String = model.config().get("plugins")?;
+            container = container.env("DISCOURSE_PLUGINS", plugins);
+        }
+        let spec = PodSpec::new().container(container);
         // In Juju 2.9 this is where "cannot set a pod spec as this unit is not a leader"
         // came from. Here a hook told it leads is never refused.
         model.pod().set_spec(&spec)?;

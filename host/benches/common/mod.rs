@@ -103,6 +103,7 @@ fn postgresql() -> ApplicationRecord {
             actions: vec![],
         },
         config: BTreeMap::new(),
+        module: None,
     }
 }
 
@@ -149,6 +150,7 @@ pub async fn deploy(store: &dyn Store, discourse: &CharmMetadata, count: usize) 
                 charm: "discourse.wasm".into(),
                 metadata: discourse.clone(),
                 config: BTreeMap::new(),
+                module: None,
             })
             .await
             .unwrap();

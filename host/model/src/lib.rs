@@ -6,7 +6,7 @@
 //! - [`access`]: what a hook may read and write; [`actions`]: what an action may be given, and its record; [`podspec`]: what a pod spec may be;
 //!   [`limits`]: how much a hook may write.
 //! - [`snapshot`], [`commit`], [`operations`], [`config`], [`removal`], [`status`]: each
-//!   model operation, written once against [`ModelTx`], the records a store reads and
+//!   model operation ([`upgrade`]: moving an application to a new module), written once against [`ModelTx`], the records a store reads and
 //!   writes in one atomic step; [`endpoints`]: which endpoints `app[:endpoint]` names.
 //! - [`routing`]: which hooks each change fires.
 //!
@@ -30,6 +30,7 @@ pub mod routing;
 pub mod snapshot;
 pub mod status;
 pub mod tx;
+pub mod upgrade;
 
 pub use commit::{CommitReceipt, Committed, Fence, HookCommit};
 pub use error::{CommitError, StoreError};

@@ -328,6 +328,11 @@ pub struct ApplicationRecord {
     pub metadata: CharmMetadata,
     /// The operator's config settings (defaults are not copied here).
     pub config: BTreeMap<String, ConfigValue>,
+    /// The SHA-256 (lowercase hex) of its charm's module, whose bytes the store keeps
+    /// ([`crate::tx::ModelTx::module_stored`]) so that every host runs the same ones;
+    /// `None` for an application whose hosts load its module from `charm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
 }
 
 impl ApplicationRecord {
@@ -577,6 +582,10 @@ pub struct UnitSnapshot {
     /// The last term for which the unit ran leader-elected, unless it has run a hook as a
     /// follower since (host bookkeeping; hooks do not see it).
     pub elected_term: Option<u64>,
+    /// The hash of the module the application runs ([`ApplicationRecord::module`]): a host
+    /// whose loaded module differs loads this one before the hook runs (host bookkeeping;
+    /// hooks do not see it).
+    pub module: Option<String>,
 }
 
 /// The relation a relation hook is about, as the receiving unit sees it.

@@ -73,6 +73,7 @@ pub fn snapshot<T: ModelTx + ?Sized>(
         app_status: view.status,
         stored: record.stored,
         elected_term: record.elected_term,
+        module: view.module,
     })
 }
 

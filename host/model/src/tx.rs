@@ -41,6 +41,8 @@ pub struct AppView {
     pub leader_data: SharedBag,
     /// Its status, as its leader set it.
     pub status: Status,
+    /// The hash of its module ([`ApplicationRecord::module`]).
+    pub module: Option<String>,
 }
 
 /// What a store holds of an application's pod spec, against a write.
@@ -217,6 +219,14 @@ pub trait ModelTx {
     /// copied in).
     fn set_app_config(&mut self, app: &str, config: &BTreeMap<String, ConfigValue>)
     -> TxResult<()>;
+
+    /// Replaces the application's charm: its `charm`, `metadata`, `config` and `module`
+    /// become `record`'s (units, relations and the rest stay).
+    fn set_app_charm(&mut self, record: &ApplicationRecord) -> TxResult<()>;
+
+    /// Whether the store holds every byte of the module with this hash (content-addressed:
+    /// see [`crate::upgrade`]).
+    fn module_stored(&mut self, hash: &str) -> TxResult<bool>;
 
     /// Marks the application as being removed.
     fn set_app_dying(&mut self, app: &str) -> TxResult<()>;

@@ -9,6 +9,7 @@ pub mod resolved;
 pub mod show_unit;
 pub mod store;
 pub mod units;
+pub mod upgrade;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -38,7 +38,6 @@ pub async fn deploy(args: DeployArgs) -> Result<()> {
         .with_context(|| format!("deploy {}", args.charm.display()))?;
     let metadata = charm.metadata().as_ref().clone();
     let name = args.app.clone().unwrap_or_else(|| metadata.name.clone());
-    // Hosts load the module from this path, wherever they were started.
     let path = std::fs::canonicalize(&args.charm)
         .with_context(|| format!("deploy {}", args.charm.display()))?;
     let config: BTreeMap<String, ConfigValue> = settings(&args.config)?
@@ -50,8 +49,18 @@ pub async fn deploy(args: DeployArgs) -> Result<()> {
         charm: path.display().to_string(),
         metadata,
         config,
+        module: None,
     };
     let store = args.model.store.open(true, REQUEST_TIMEOUT).await?;
+    // The store keeps the module, so every host runs these bytes wherever the file is.
+    let module = store
+        .put_module(charm.module())
+        .await
+        .with_context(|| format!("deploy {name}"))?;
+    let record = ApplicationRecord {
+        module: Some(module),
+        ..record
+    };
     let deployed = store
         .deploy(record, args.units)
         .await

@@ -505,6 +505,7 @@ async fn simulate_juju29(
             charm: "discourse (juju 2.9 model)".into(),
             metadata,
             config: BTreeMap::new(),
+            module: None,
         })
         .await
         .expect("a fresh store");
@@ -649,6 +650,7 @@ pub fn replay_seed(policy: Policy) -> SeedReplay {
                         charm: "discourse".into(),
                         metadata: standin::discourse_metadata(),
                         config: BTreeMap::new(),
+                        module: None,
                     })
                     .await
                     .expect("a fresh store");

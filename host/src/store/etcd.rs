@@ -36,6 +36,16 @@
 //! `next-action` holds the last id given. Starting an action reads and compares that key,
 //! so two operators starting actions at once never get the same id.
 //!
+//! # Charm modules
+//!
+//! A module is kept by the SHA-256 of its bytes: chunks of [`MODULE_CHUNK`] bytes under
+//! `modules/<hash>/<n>`, then `modules/<hash>`, its manifest (size and number of chunks),
+//! written last so that a manifest means every chunk is there. etcd bounds a request
+//! (1.5 MiB by default) and a module is 0.5-2 MiB, so each chunk is its own put, made before
+//! the step that points an application at the hash; that step only checks the manifest.
+//! Content-addressed: chunks left by an upgrade that was then refused are harmless, and
+//! writing them again writes the same bytes.
+//!
 //! # Limits
 //!
 //! etcd refuses transactions of more than `--max-txn-ops` operations (128 by default). A
@@ -76,6 +86,8 @@ const FORMAT: u32 = 1;
 /// How many times a model change is worked out again when another host changed what it
 /// read, before it fails as unavailable (transient: the caller retries later).
 const MAX_ATTEMPTS: u32 = 64;
+/// The size of a module's chunk: well under etcd's default request limit of 1.5 MiB.
+pub const MODULE_CHUNK: usize = 512 * 1024;
 /// Bits of a seq below the revision: the index of a hook among those one change queues.
 const SEQ_INDEX_BITS: u32 = 20;
 
@@ -292,6 +304,24 @@ impl EtcdStore {
 
     fn key(&self, path: impl std::fmt::Display) -> String {
         format!("{}{path}", self.prefix)
+    }
+
+    fn module_key(&self, hash: &str) -> String {
+        self.key(format_args!("modules/{hash}"))
+    }
+    fn module_chunk_key(&self, hash: &str, n: usize) -> String {
+        self.key(format_args!("modules/{hash}/{n:04}"))
+    }
+
+    /// The value of `key`, read on its own.
+    async fn get_value(&self, key: String) -> Result<Option<Vec<u8>>, StoreError> {
+        let resp = self
+            .client
+            .kv_client()
+            .get(key, None)
+            .await
+            .map_err(unavailable)?;
+        Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
     }
 
     fn app_key(&self, app: &str) -> String {
@@ -603,6 +633,15 @@ impl EtcdStore {
     }
 }
 
+/// What `modules/<hash>` holds: the module's chunks are all written.
+#[derive(Debug, Serialize, Deserialize)]
+struct ModuleManifest {
+    /// Its size in bytes.
+    size: usize,
+    /// How many chunks hold it.
+    chunks: usize,
+}
+
 /// Whole seconds for an etcd TTL, rounded up: the store holds a lease at least as long as
 /// asked.
 fn ttl_secs(duration: Duration) -> i64 {
@@ -758,6 +797,55 @@ impl StateStore for EtcdStore {
         Box::pin(async move {
             self.optimistic_step(&step, self.prefetch(step.reads), op)
                 .await
+        })
+    }
+
+    fn put_module<'a>(&'a self, bytes: &'a [u8]) -> StoreFuture<'a, String> {
+        Box::pin(async move {
+            let hash = super::module_hash(bytes);
+            if self.get_value(self.module_key(&hash)).await?.is_some() {
+                return Ok(hash);
+            }
+            // One put per chunk, each within etcd's request limit; the manifest last.
+            let chunks: Vec<&[u8]> = bytes.chunks(MODULE_CHUNK).collect();
+            let mut kv = self.client.kv_client();
+            for (n, chunk) in chunks.iter().enumerate() {
+                kv.put(self.module_chunk_key(&hash, n), chunk.to_vec(), None)
+                    .await
+                    .map_err(unavailable)?;
+            }
+            let manifest = ModuleManifest {
+                size: bytes.len(),
+                chunks: chunks.len(),
+            };
+            kv.put(self.module_key(&hash), encode(&manifest), None)
+                .await
+                .map_err(unavailable)?;
+            Ok(hash)
+        })
+    }
+
+    fn module<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        Box::pin(async move {
+            let key = self.module_key(hash);
+            let Some(manifest) = self.get_value(key.clone()).await? else {
+                return Ok(None);
+            };
+            let manifest: ModuleManifest = decode_value(&key, &manifest)?;
+            let mut bytes = Vec::with_capacity(manifest.size);
+            for n in 0..manifest.chunks {
+                let chunk_key = self.module_chunk_key(hash, n);
+                let chunk = self.get_value(chunk_key.clone()).await?.ok_or_else(|| {
+                    StoreError::Corrupt(format!("etcd: {chunk_key}: chunk of a module missing"))
+                })?;
+                bytes.extend_from_slice(&chunk);
+            }
+            if super::module_hash(&bytes) != hash {
+                return Err(StoreError::Corrupt(format!(
+                    "etcd: {key}: the module's bytes do not have its hash"
+                )));
+            }
+            Ok(Some(bytes))
         })
     }
 
@@ -1069,6 +1157,14 @@ impl ModelTx for EtcdTx<'_> {
         self.update_app_doc(app, |doc| doc.record.config = config.clone())
     }
 
+    fn set_app_charm(&mut self, record: &ApplicationRecord) -> TxResult<()> {
+        self.update_app_doc(&record.name, |doc| doc.record = record.clone())
+    }
+
+    fn module_stored(&mut self, hash: &str) -> TxResult<bool> {
+        Ok(self.get(&self.store.module_key(hash)).is_some())
+    }
+
     fn set_app_dying(&mut self, app: &str) -> TxResult<()> {
         self.update_app_doc(app, |doc| doc.dying = true)
     }
@@ -1161,6 +1257,7 @@ impl ModelTx for EtcdTx<'_> {
             status: self
                 .doc(&self.store.app_status_key(app))?
                 .unwrap_or_default(),
+            module: doc.record.module,
         }))
     }
 

@@ -406,6 +406,14 @@ impl StateStore for FaultyStore {
         self.inner.step(step, op)
     }
 
+    fn put_module<'a>(&'a self, bytes: &'a [u8]) -> StoreFuture<'a, String> {
+        self.inner.put_module(bytes)
+    }
+
+    fn module<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        self.inner.module(hash)
+    }
+
     fn queue_signal(self: Arc<Self>, unit: &str) -> Option<Arc<Notify>> {
         let inner: Arc<dyn StateStore> = self.inner.clone();
         inner.queue_signal(unit)

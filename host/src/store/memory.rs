@@ -86,6 +86,8 @@ struct Inner {
     next_log: u64,
     /// Actions, by id; kept after their unit goes, as Juju keeps them.
     actions: BTreeMap<u64, ActionRecord>,
+    /// Charm modules, by hash.
+    modules: BTreeMap<String, Arc<Vec<u8>>>,
 }
 
 impl Inner {
@@ -208,6 +210,17 @@ impl ModelTx for MemoryTx<'_> {
         Ok(())
     }
 
+    fn set_app_charm(&mut self, record: &ApplicationRecord) -> TxResult<()> {
+        let a = self.app_mut(&record.name)?;
+        a.record = record.clone();
+        a.config = Arc::new(a.record.effective_config());
+        Ok(())
+    }
+
+    fn module_stored(&mut self, hash: &str) -> TxResult<bool> {
+        Ok(self.inner.modules.contains_key(hash))
+    }
+
     fn set_app_dying(&mut self, app: &str) -> TxResult<()> {
         self.app_mut(app)?.dying = true;
         Ok(())
@@ -287,6 +300,7 @@ impl ModelTx for MemoryTx<'_> {
             config: a.config.clone(),
             leader_data: a.leader_data.clone(),
             status: a.status.clone(),
+            module: a.record.module.clone(),
         }))
     }
 
@@ -655,5 +669,20 @@ impl StateStore for MemoryStore {
             self.locked(|tx| op(tx));
             Ok(())
         })
+    }
+
+    fn put_module<'a>(&'a self, bytes: &'a [u8]) -> StoreFuture<'a, String> {
+        Box::pin(async move {
+            let hash = super::module_hash(bytes);
+            self.lock()
+                .modules
+                .entry(hash.clone())
+                .or_insert_with(|| Arc::new(bytes.to_vec()));
+            Ok(hash)
+        })
+    }
+
+    fn module<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        Box::pin(async move { Ok(self.lock().modules.get(hash).map(|m| m.as_ref().clone())) })
     }
 }

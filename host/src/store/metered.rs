@@ -50,6 +50,12 @@ const OPERATIONS: &[&str] = &[
     "set_hook_error",
     "pod_spec",
     "status",
+    "run_action",
+    "action",
+    "start_action",
+    "upgrade_charm",
+    "put_module",
+    "module",
 ];
 
 /// A store whose requests are measured in [`StoreMetrics`]; otherwise the store it wraps.
@@ -163,6 +169,14 @@ impl StateStore for MeteredStore {
         })
     }
 
+    fn put_module<'a>(&'a self, bytes: &'a [u8]) -> StoreFuture<'a, String> {
+        self.timed("put_module", self.inner.put_module(bytes))
+    }
+
+    fn module<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        self.timed("module", self.inner.module(hash))
+    }
+
     fn commit_hook<'a>(&'a self, request: HookCommit<'a>) -> CommitFuture<'a> {
         Box::pin(async move {
             let started = Instant::now();
@@ -202,6 +216,7 @@ mod tests {
                 ..Default::default()
             },
             config: BTreeMap::new(),
+            module: None,
         };
         store.add_application(app).await.unwrap();
         let unit = store.add_unit("app").await.unwrap();

@@ -24,7 +24,7 @@ pub use sqlite::SqliteStore;
 pub use state::{
     AppRemoval, AppStatusRow, CommitError, CommitFuture, CommitReceipt, Committed, ConfigApplied,
     Deployed, Fence, HookCommit, ModelStatus, Records, StateStore, Step, StepOp, StoreError,
-    StoreFuture, UnitDetails, UnitStatusRow, Verdict,
+    StoreFuture, UnitDetails, UnitStatusRow, Upgraded, Verdict, module_hash,
 };
 
 use std::future::Future;

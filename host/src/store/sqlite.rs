@@ -83,7 +83,9 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 
 /// Migration `i` moves the schema from version `i` to `i + 1`. Append; never edit.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
+const MIGRATIONS: &[&str] = &[
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
+];
 
 /// Version 1: the model, leases and terms.
 const SCHEMA_V1: &str = include_str!("schema/v1.sql");
@@ -99,6 +101,9 @@ const SCHEMA_V4: &str = include_str!("schema/v4.sql");
 
 /// Version 5: `actions`.
 const SCHEMA_V5: &str = include_str!("schema/v5.sql");
+
+/// Version 6: `modules`, `applications.module`.
+const SCHEMA_V6: &str = include_str!("schema/v6.sql");
 
 /// The first bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
@@ -180,7 +185,8 @@ impl ConfigMemo {
             return Ok(m.effective.clone());
         }
         let effective = Arc::new(
-            app_from_row(app.to_string(), String::new(), &metadata, &config)?.effective_config(),
+            app_from_row(app.to_string(), String::new(), &metadata, &config, None)?
+                .effective_config(),
         );
         memo.insert(
             app.to_string(),
@@ -875,20 +881,23 @@ fn application_record(
     name: &str,
 ) -> Result<Option<ApplicationRecord>, StoreError> {
     let row = conn
-        .prepare_cached("SELECT charm, metadata, config FROM applications WHERE name = ?1")
+        .prepare_cached("SELECT charm, metadata, config, module FROM applications WHERE name = ?1")
         .and_then(|mut s| {
             s.query_row([name], |r| {
                 Ok((
                     r.get::<_, String>(0)?,
                     r.get::<_, String>(1)?,
                     r.get::<_, String>(2)?,
+                    r.get::<_, Option<String>>(3)?,
                 ))
             })
             .optional()
         })
         .db()?;
-    row.map(|(charm, metadata, config)| app_from_row(name.to_string(), charm, &metadata, &config))
-        .transpose()
+    row.map(|(charm, metadata, config, module)| {
+        app_from_row(name.to_string(), charm, &metadata, &config, module)
+    })
+    .transpose()
 }
 
 fn app_from_row(
@@ -896,6 +905,7 @@ fn app_from_row(
     charm: String,
     metadata: &str,
     config: &str,
+    module: Option<String>,
 ) -> Result<ApplicationRecord, StoreError> {
     let metadata: CharmMetadata = decode(metadata, || format!("metadata of {name}"))?;
     let config: BTreeMap<String, ConfigValue> = decode(config, || format!("config of {name}"))?;
@@ -904,6 +914,7 @@ fn app_from_row(
         charm,
         metadata,
         config,
+        module,
     })
 }
 
@@ -1057,6 +1068,28 @@ impl ModelTx for SqliteTx<'_> {
         Ok(())
     }
 
+    fn set_app_charm(&mut self, record: &ApplicationRecord) -> TxResult<()> {
+        self.exec(
+            "UPDATE applications SET charm = ?2, metadata = ?3, config = ?4, module = ?5
+             WHERE name = ?1",
+            rusqlite::params![
+                record.name,
+                record.charm,
+                encode(&record.metadata),
+                encode(&record.config),
+                record.module
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn module_stored(&mut self, hash: &str) -> TxResult<bool> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM modules WHERE hash = ?1")
+            .and_then(|mut s| s.exists([hash]))
+            .db()
+    }
+
     fn set_app_dying(&mut self, app: &str) -> TxResult<()> {
         self.exec("UPDATE applications SET dying = 1 WHERE name = ?1", [app])?;
         Ok(())
@@ -1129,15 +1162,17 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn app_view(&mut self, app: &str) -> TxResult<Option<AppView>> {
-        let row: Option<(String, String, String)> = self
+        let row: Option<(String, String, String, Option<String>)> = self
             .conn
-            .prepare_cached("SELECT metadata, config, status FROM applications WHERE name = ?1")
+            .prepare_cached(
+                "SELECT metadata, config, status, module FROM applications WHERE name = ?1",
+            )
             .and_then(|mut s| {
-                s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
                     .optional()
             })
             .db()?;
-        let Some((metadata, config, status)) = row else {
+        let Some((metadata, config, status, module)) = row else {
             return Ok(None);
         };
         Ok(Some(AppView {
@@ -1148,6 +1183,7 @@ impl ModelTx for SqliteTx<'_> {
                 &[&app],
             )?),
             status: decode(&status, || format!("status of {app}"))?,
+            module,
         }))
     }
 
@@ -1329,16 +1365,23 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn all_applications(&mut self) -> TxResult<Vec<ApplicationRecord>> {
-        let rows: Vec<(String, String, String, String)> = self
+        type Row = (String, String, String, String, Option<String>);
+        let rows: Vec<Row> = self
             .conn
-            .prepare_cached("SELECT name, charm, metadata, config FROM applications ORDER BY name")
+            .prepare_cached(
+                "SELECT name, charm, metadata, config, module FROM applications ORDER BY name",
+            )
             .and_then(|mut s| {
-                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-                    .collect()
+                s.query_map([], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })?
+                .collect()
             })
             .db()?;
         rows.into_iter()
-            .map(|(name, charm, metadata, config)| app_from_row(name, charm, &metadata, &config))
+            .map(|(name, charm, metadata, config, module)| {
+                app_from_row(name, charm, &metadata, &config, module)
+            })
             .collect()
     }
 
@@ -1357,14 +1400,15 @@ impl ModelTx for SqliteTx<'_> {
 
     fn create_application(&mut self, app: ApplicationRecord) -> TxResult<()> {
         self.exec(
-            "INSERT INTO applications (name, charm, metadata, config, status, next_unit)
-             VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+            "INSERT INTO applications (name, charm, metadata, config, status, next_unit, module)
+             VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6)",
             rusqlite::params![
                 app.name,
                 app.charm,
                 encode(&app.metadata),
                 encode(&app.config),
-                encode(&Status::default())
+                encode(&Status::default()),
+                app.module
             ],
         )?;
         Ok(())
@@ -1625,6 +1669,28 @@ impl StateStore for SqliteStore {
                 })
         })
     }
+
+    fn put_module<'a>(&'a self, bytes: &'a [u8]) -> StoreFuture<'a, String> {
+        Box::pin(async move {
+            let hash = super::module_hash(bytes);
+            self.lock()
+                .execute(
+                    "INSERT OR IGNORE INTO modules (hash, bytes) VALUES (?1, ?2)",
+                    rusqlite::params![hash, bytes],
+                )
+                .db()?;
+            Ok(hash)
+        })
+    }
+
+    fn module<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        Box::pin(async move {
+            self.lock()
+                .prepare_cached("SELECT bytes FROM modules WHERE hash = ?1")
+                .and_then(|mut s| s.query_row([hash], |r| r.get(0)).optional())
+                .db()
+        })
+    }
 }
 
 #[cfg(test)]
@@ -1653,6 +1719,7 @@ mod tests {
                 ..CharmMetadata::default()
             },
             config: BTreeMap::new(),
+            module: None,
         }
     }
 

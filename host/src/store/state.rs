@@ -12,10 +12,11 @@ pub use charm_model::removal::AppRemoval;
 pub use charm_model::snapshot::UnitDetails;
 pub use charm_model::status::{AppStatusRow, ModelStatus, UnitStatusRow};
 use charm_model::tx::ModelTx;
+pub use charm_model::upgrade::Upgraded;
 use charm_model::{
-    ActionRecord, ApplicationRecord, Changes, ConfigValue, Hook, LogRecord, PodSpecRecord,
-    QueuedHook, RelationEndpoint, RelationRecord, UnitSnapshot, actions, app_of, commit, config,
-    operations, removal, snapshot, status,
+    ActionRecord, ApplicationRecord, Changes, CharmMetadata, ConfigValue, Hook, LogRecord,
+    PodSpecRecord, QueuedHook, RelationEndpoint, RelationRecord, UnitSnapshot, actions, app_of,
+    commit, config, operations, removal, snapshot, status, upgrade,
 };
 pub use charm_model::{CommitError, CommitReceipt, Committed, Fence, HookCommit, StoreError};
 
@@ -159,6 +160,43 @@ pub trait StateStore: Send + Sync {
     /// applied. Errors are the store's own (unreachable, contended); the operation's are
     /// its caller's to keep.
     fn step<'a>(&'a self, step: Step<'a>, op: &'a mut StepOp<'a>) -> StoreFuture<'a, ()>;
+
+    /// Keeps a charm's module: its bytes, under their SHA-256 ([`module_hash`]), which it
+    /// returns. Content-addressed, so writing a module already kept changes nothing; done
+    /// before (and apart from) the step that points an application at it
+    /// ([`charm_model::upgrade`]).
+    fn put_module<'a>(&'a self, bytes: &'a [u8]) -> StoreFuture<'a, String>;
+
+    /// The bytes of the module with this hash, `None` if the store holds none (or not all
+    /// of them).
+    fn module<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Option<Vec<u8>>>;
+
+    /// Moves `app` to a new charm module, kept first ([`put_module`](Self::put_module)):
+    /// checked against the relations it is in, with upgrade-charm and config-changed queued
+    /// on every unit in the same step ([`charm_model::upgrade::upgrade_charm`]).
+    fn upgrade_charm<'a>(
+        &'a self,
+        app: &'a str,
+        charm: &'a str,
+        metadata: CharmMetadata,
+        bytes: &'a [u8],
+    ) -> StoreFuture<'a, Upgraded> {
+        Box::pin(async move {
+            let module = self.put_module(bytes).await?;
+            let reads = [
+                Records::App(app),
+                Records::Units,
+                Records::Relations,
+                Records::Queues,
+            ];
+            run(
+                self,
+                Step::write("upgrade_charm", "upgrading", app, &reads),
+                |tx| upgrade::upgrade_charm(tx, app, charm, metadata.clone(), &module),
+            )
+            .await
+        })
+    }
 
     /// Adds an application. An existing one with the same name is an error.
     fn add_application<'a>(&'a self, app: ApplicationRecord) -> StoreFuture<'a, ()> {
@@ -680,6 +718,15 @@ where
     };
     store.step(step, &mut erased).await?;
     answer.expect("a store's step runs its operation")
+}
+
+/// The name a module is kept under: the SHA-256 of its bytes, in lowercase hex.
+pub fn module_hash(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// An error, by its kind in a word: a metric's label.

@@ -1,0 +1,117 @@
+//! An application's hook executor that follows the module its record names: when a hook's
+//! snapshot (taken as the hook starts) names a module other than the one loaded, that one
+//! is read from the store, loaded through the compiled-charm cache, and runs the hook and
+//! every later one. A hook already running keeps the executor it started on, so it
+//! finishes on the old module (`charm-host upgrade-charm`).
+
+use std::sync::{Arc, RwLock};
+
+use crate::agent::HookExecutor;
+use crate::charm::{GuaranteeWatch, HookRun};
+use crate::model::{Hook, UnitSnapshot};
+use crate::store::{BoxFuture, Fence, Store};
+
+/// The executor of one application's units on this host, switched to a new module when
+/// the application's record names one.
+#[derive(Clone)]
+pub(crate) struct ModuleSwitch(Arc<Switch>);
+
+struct Switch {
+    app: String,
+    store: Arc<dyn Store>,
+    current: RwLock<Arc<dyn HookExecutor>>,
+    /// One load at a time: the units of the application that start a hook together wait
+    /// for the first one's load rather than compile the module again.
+    loading: tokio::sync::Mutex<()>,
+}
+
+impl ModuleSwitch {
+    /// `executor`, following `app`'s module in `store` from now on.
+    pub(crate) fn wrap(
+        app: &str,
+        store: Arc<dyn Store>,
+        executor: Arc<dyn HookExecutor>,
+    ) -> Arc<dyn HookExecutor> {
+        Arc::new(ModuleSwitch(Arc::new(Switch {
+            app: app.to_string(),
+            store,
+            current: RwLock::new(executor),
+            loading: tokio::sync::Mutex::new(()),
+        })))
+    }
+}
+
+impl Switch {
+    fn current(&self) -> Arc<dyn HookExecutor> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The executor for module `hash`: the current one if it runs it, else the module
+    /// read from the store and loaded.
+    async fn follow(&self, hash: &str) -> Result<Arc<dyn HookExecutor>, String> {
+        let _one = self.loading.lock().await;
+        let current = self.current();
+        if current.module_hash() == Some(hash) {
+            return Ok(current);
+        }
+        let bytes = self
+            .store
+            .module(hash)
+            .await
+            .map_err(|e| format!("reading module {hash}: {e}"))?
+            .ok_or_else(|| format!("module {hash} is not in the store"))?;
+        let name = format!("{} (module {})", self.app, &hash[..hash.len().min(12)]);
+        let from = current.clone();
+        // Compiling a module is seconds of CPU: keep it off the runtime.
+        let loaded = tokio::task::spawn_blocking(move || from.load_module(&name, &bytes))
+            .await
+            .map_err(|e| format!("loading module {hash}: {e}"))?;
+        let next = match loaded {
+            Some(Ok(next)) => next,
+            Some(Err(e)) => return Err(format!("loading module {hash}: {e}")),
+            None => return Ok(current),
+        };
+        tracing::info!(
+            app = %self.app,
+            from = current.module_hash().unwrap_or("none"),
+            to = hash,
+            "running the application's new module"
+        );
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = next.clone();
+        Ok(next)
+    }
+}
+
+impl HookExecutor for ModuleSwitch {
+    fn execute(
+        &self,
+        snapshot: UnitSnapshot,
+        fence: Option<Fence>,
+        guarantee: Option<Arc<dyn GuaranteeWatch>>,
+        hook: Hook,
+    ) -> BoxFuture<'static, HookRun> {
+        let switch = self.0.clone();
+        Box::pin(async move {
+            let current = switch.current();
+            let executor = match snapshot.module.as_deref() {
+                // A native stand-in runs no module: nothing to follow.
+                Some(hash) if current.module_hash().is_some_and(|h| h != hash) => {
+                    match switch.follow(hash).await {
+                        Ok(executor) => executor,
+                        Err(e) => return HookRun::failed_to_run(e),
+                    }
+                }
+                _ => current,
+            };
+            executor.execute(snapshot, fence, guarantee, hook).await
+        })
+    }
+
+    fn module_hash(&self) -> Option<&str> {
+        // The switch follows whatever module its application names.
+        None
+    }
+}
