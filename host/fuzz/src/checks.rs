@@ -161,6 +161,7 @@ const COLUMNS: &[(&str, &str)] = &[
     ("stored_state", "value"),
     ("hook_queue", "hook"),
     ("leases", "holder"),
+    ("applications", "module"),
 ];
 
 /// Where the `sqlite_records` check writes its model files (in memory where `/dev/shm` is),
@@ -214,6 +215,7 @@ static TEMPLATE: LazyLock<Vec<u8>> = LazyLock::new(|| {
                     charm: "kv.wasm".into(),
                     metadata,
                     config: BTreeMap::from([("port".into(), ConfigValue::Int(7000))]),
+                    module: None,
                 },
                 2,
             )
