@@ -439,6 +439,18 @@ fn diagnosed(path: &Path, e: StoreError) -> StoreError {
     let StoreError::Unavailable(message) = &e else {
         return e;
     };
+    // Only SQLite's words for a file it could not write: a lock held by another host
+    // ("database is locked") is contention, and probing the disk for it would add I/O to
+    // every busy retry.
+    const UNWRITABLE: [&str; 4] = [
+        "disk I/O error",
+        "database or disk is full",
+        "readonly database",
+        "unable to open database file",
+    ];
+    if !UNWRITABLE.iter().any(|words| message.contains(words)) {
+        return e;
+    }
     let why = match std::fs::OpenOptions::new().append(true).open(path) {
         Err(e) if e.raw_os_error() == Some(EROFS) => "its file system is mounted read-only",
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
