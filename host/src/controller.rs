@@ -15,7 +15,7 @@ use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
 use crate::metrics::HostMetrics;
 use crate::model::{
     ApplicationRecord, CharmMetadata, ConfigValue, Hook, RelationEndpoint, RelationRecord,
-    RelationRole, app_of,
+    RelationRole, agent_holder, app_of,
 };
 use crate::store::{ModelStatus, QueuedHook, Store, StoreError};
 
@@ -52,6 +52,21 @@ pub struct ControllerConfig {
     /// Where agents and leadership trackers count their hooks, queues and leases; `None`
     /// keeps no metrics.
     pub metrics: Option<Arc<HostMetrics>>,
+    /// This host's name in its agents' lease holders ([`charm_model::agent_holder`]) and so
+    /// in `status`; `None`: the machine's host name and this process's id.
+    pub host: Option<String>,
+}
+
+/// The machine's host name and this process's id: `name:pid`. Two hosts on one machine
+/// are two names.
+pub fn default_host_name() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{name}:{}", std::process::id())
 }
 
 /// Whether `text` matches `pattern`, where `*` stands for any run of characters and `?`
@@ -190,6 +205,10 @@ pub struct Controller {
     trackers: Mutex<BTreeMap<String, tokio::task::AbortHandle>>,
     executors: Mutex<BTreeMap<String, Arc<dyn HookExecutor>>>,
     leadership: Mutex<BTreeMap<String, watch::Receiver<Leadership>>>,
+    /// The lease holder of each unit's running agent ([`charm_model::agent_holder`]).
+    holders: Mutex<BTreeMap<String, String>>,
+    /// This host's name, the first part of its agents' ids.
+    host: String,
     seed: u64,
     idle: watch::Receiver<usize>,
 }
@@ -216,6 +235,8 @@ impl Controller {
             trackers: Mutex::new(BTreeMap::new()),
             executors: Mutex::new(BTreeMap::new()),
             leadership: Mutex::new(BTreeMap::new()),
+            holders: Mutex::new(BTreeMap::new()),
+            host: config.host.clone().unwrap_or_else(default_host_name),
             seed: config.seed.unwrap_or_else(rand::random),
             config,
             idle,
@@ -442,11 +463,21 @@ impl Controller {
         self.shared.pending.add(queue.len());
         let lease_store: Arc<dyn crate::store::LeaseStore> = self.shared.store.clone();
         let seed = self.seed ^ fnv1a(unit);
+        // A new agent id at every start: a restarted agent, or another host's agent of the
+        // same unit, never holds the unit's leases as this one.
+        let holder = agent_holder(
+            unit,
+            &format!("{}.{:08x}", self.host, rand::random::<u32>()),
+        );
+        self.holders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(unit.to_string(), holder.clone());
         let tracker = match &self.config.metrics {
             Some(metrics) => LeadershipTracker::spawn_measured(
                 lease_store,
                 app_of(unit),
-                unit,
+                &holder,
                 self.config.leadership.clone(),
                 seed,
                 metrics,
@@ -454,7 +485,7 @@ impl Controller {
             None => LeadershipTracker::spawn(
                 lease_store,
                 app_of(unit),
-                unit,
+                &holder,
                 self.config.leadership.clone(),
                 seed,
             ),
@@ -748,7 +779,7 @@ impl Controller {
     /// Stops every agent and gives up the leases its units hold, so other hosts' units
     /// take over without waiting for them to lapse.
     pub async fn release_leases(&self) {
-        let units: Vec<String> = self
+        let running: Vec<String> = self
             .trackers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -756,8 +787,16 @@ impl Controller {
             .cloned()
             .collect();
         self.shutdown();
-        for unit in units {
-            if let Err(e) = self.shared.store.release(app_of(&unit), &unit).await {
+        let holders = self
+            .holders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (unit, holder) in running
+            .iter()
+            .filter_map(|u| holders.get(u).map(|h| (u, h)))
+        {
+            if let Err(e) = self.shared.store.release(app_of(unit), holder).await {
                 tracing::warn!(%unit, "could not release the lease: {e}");
             }
         }

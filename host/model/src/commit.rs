@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CommitError, not_found};
 use crate::operations::{enqueue, units_by_app};
-use crate::records::{Changes, Hook, LeaseHolder, QueuedHook, RelationId, app_of};
+use crate::records::{Changes, Hook, LeaseHolder, QueuedHook, RelationId, app_of, holder_unit};
 use crate::removal::{finish_unit, reap_relation};
 use crate::routing::follow_ups;
 use crate::tx::{BagOwner, ElectedTerm, ModelTx, UnitUpdate};
@@ -16,7 +16,8 @@ use crate::tx::{BagOwner, ElectedTerm, ModelTx, UnitUpdate};
 pub struct Fence {
     /// The application.
     pub app: String,
-    /// The unit that was leader when the hook started.
+    /// The lease holder (the unit's agent, [`crate::agent_holder`]) that led when the hook
+    /// started.
     pub holder: String,
     /// The lease's term then.
     pub term: u64,
@@ -25,7 +26,7 @@ pub struct Fence {
 impl Fence {
     /// Whether a commit of `unit` may pass this fence while `lease` is the application's
     /// unexpired lease: the fence is the unit's own, for its application, and the lease
-    /// still has the fence's holder and term.
+    /// still has the fence's holder (the same agent of the unit) and term.
     ///
     /// ```
     /// use charm_model::{Fence, LeaseHolder};
@@ -37,10 +38,15 @@ impl Fence {
     /// assert!(!fence.admits("db/0", lease("db/1", 3).as_ref()), "another holder");
     /// assert!(!fence.admits("db/0", None), "the lease lapsed");
     /// assert!(!fence.admits("db/1", lease("db/0", 3).as_ref()), "another unit's fence");
+    ///
+    /// // Two agents of one unit are two holders.
+    /// let fence = Fence { app: "db".into(), holder: "db/0#a".into(), term: 3 };
+    /// assert!(fence.admits("db/0", lease("db/0#a", 3).as_ref()));
+    /// assert!(!fence.admits("db/0", lease("db/0#b", 3).as_ref()), "the unit's other agent");
     /// ```
     pub fn admits(&self, unit: &str, lease: Option<&LeaseHolder>) -> bool {
         self.app == app_of(unit)
-            && self.holder == unit
+            && holder_unit(&self.holder) == unit
             && lease.is_some_and(|l| l.holder == self.holder && l.term == self.term)
     }
 }

@@ -109,7 +109,7 @@ pub fn unit_details<T: ModelTx + ?Sized>(
         workload_version: record.workload_version,
         hook_error: record.hook_error,
         dying: tx.dying_units(app)?.iter().any(|u| u == unit),
-        leader: tx.live_lease(app)?.is_some_and(|l| l.holder == unit),
+        leader: tx.live_lease(app)?.is_some_and(|l| l.unit() == unit),
         queued: tx.queued_hooks(unit)?.unwrap_or_default(),
     })
 }

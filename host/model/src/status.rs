@@ -54,7 +54,7 @@ pub fn status<T: ModelTx + ?Sized>(tx: &mut T) -> Result<ModelStatus, StoreError
         for unit in tx.units_of(&name)? {
             let record = tx.unit(&unit)?.unwrap_or_default();
             status.units.push(UnitStatusRow {
-                leader: lease.as_ref().is_some_and(|l| l.holder == unit),
+                leader: lease.as_ref().is_some_and(|l| l.unit() == unit),
                 status: match record.hook_error {
                     Some(e) => Status::new(StatusKind::Error, e),
                     None => record.status,
@@ -66,7 +66,7 @@ pub fn status<T: ModelTx + ?Sized>(tx: &mut T) -> Result<ModelStatus, StoreError
         status.applications.push(AppStatusRow {
             status: tx.app_view(&name)?.unwrap_or_default().status,
             pod_spec_revision: tx.pod_spec_revision(&name)?,
-            leader: lease.as_ref().map(|l| l.holder.clone()),
+            leader: lease.as_ref().map(|l| l.unit().to_string()),
             term: lease.map(|l| l.term),
             name,
             charm,
