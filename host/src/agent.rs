@@ -17,7 +17,9 @@ use crate::controller::Shared;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
 use crate::metrics::UnitMetrics;
 use crate::model::{Hook, LogRecord, RelationHook, UnitSnapshot};
-use crate::store::{BoxFuture, CommitError, Committed, Fence, QueuedHook, Store, StoreError};
+use crate::store::{
+    BoxFuture, CommitError, Committed, Fence, HookCommit, QueuedHook, Store, StoreError,
+};
 
 /// What runs a hook: a compiled charm in wasmtime, or (in the simulation) a native
 /// stand-in that goes through the same hook context and imports.
@@ -60,6 +62,10 @@ impl HookExecutor for Charm {
         })
     }
 }
+
+/// How many conflicting commits in a row rerun their hook at once, before the retries back
+/// off as for other transient failures.
+const STALE_AT_ONCE: u32 = 3;
 
 /// How often a unit in error looks whether the operator resolved it.
 const RESOLVED_POLL: Duration = Duration::from_secs(1);
@@ -130,6 +136,8 @@ pub enum HookResultKind {
     Interrupted,
     /// Its commit met a fence that no longer held.
     Fenced,
+    /// What it read changed before its commit: it runs again on fresh data.
+    Stale,
     /// The store could not be reached.
     StoreUnavailable,
 }
@@ -143,6 +151,7 @@ impl HookResultKind {
             HookResultKind::CharmFailed => "charm-failed",
             HookResultKind::Interrupted => "interrupted",
             HookResultKind::Fenced => "fenced",
+            HookResultKind::Stale => "stale",
             HookResultKind::StoreUnavailable => "store-unavailable",
         }
     }
@@ -344,7 +353,11 @@ impl UnitAgent {
                     } else {
                         tracing::info!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
                     }
-                    sleep(self.retry.backoff(transient_failures)).await;
+                    // A hook that read stale data runs again at once on fresh data; only
+                    // a run of conflicts backs off.
+                    if kind != HookResultKind::Stale || transient_failures > STALE_AT_ONCE {
+                        sleep(self.retry.backoff(transient_failures)).await;
+                    }
                 }
                 Err(Failure::Charm(why)) => {
                     failures += 1;
@@ -416,8 +429,8 @@ impl UnitAgent {
         let min_remaining = self.min_remaining();
         tracker.renewed(min_remaining).await;
         let began = Instant::now();
-        let snapshot = match self.store.snapshot(&self.unit).await {
-            Ok(snapshot) => snapshot,
+        let read = match self.store.hook_read(&self.unit).await {
+            Ok(read) => read,
             Err(StoreError::NotFound(what)) if what == format!("unit {}", self.unit) => {
                 return Err(Failure::Gone);
             }
@@ -457,7 +470,12 @@ impl UnitAgent {
         };
         let mut run = self
             .executor
-            .execute(snapshot, fence.clone(), guarantee.clone(), hook.clone())
+            .execute(
+                read.snapshot.clone(),
+                fence.clone(),
+                guarantee.clone(),
+                hook.clone(),
+            )
             .await;
         if *hook == Hook::LeaderElected {
             run.changes.elected_term = fence.as_ref().map(|f| f.term);
@@ -487,11 +505,14 @@ impl UnitAgent {
                     ))
                 } else {
                     // Even with nothing written, the commit takes the hook off the queue.
-                    match self
-                        .store
-                        .commit(&self.unit, seq, &run.changes, fence.as_ref())
-                        .await
-                    {
+                    let commit = HookCommit {
+                        unit: &self.unit,
+                        hook: seq,
+                        changes: &run.changes,
+                        fence: fence.as_ref(),
+                        read: Some(&read),
+                    };
+                    match self.store.commit_hook(commit).await {
                         Ok(committed) => Ok(committed),
                         // A host that crashed after this commit applied it already.
                         Err(CommitError::NotQueued { .. }) => Ok(Committed::default()),
@@ -502,6 +523,9 @@ impl UnitAgent {
                         }
                         Err(e @ CommitError::Fenced { .. }) => {
                             Err(Failure::Transient(HookResultKind::Fenced, e.to_string()))
+                        }
+                        Err(e @ CommitError::Stale { .. }) => {
+                            Err(Failure::Transient(HookResultKind::Stale, e.to_string()))
                         }
                         Err(CommitError::Store(e)) => Err(Failure::Transient(
                             HookResultKind::StoreUnavailable,

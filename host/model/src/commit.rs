@@ -8,6 +8,7 @@ use crate::operations::{enqueue, units_by_app};
 use crate::records::{Changes, Hook, LeaseHolder, QueuedHook, RelationId, app_of, holder_unit};
 use crate::removal::{finish_unit, reap_relation};
 use crate::routing::follow_ups;
+use crate::snapshot::{HookRead, hook_read};
 use crate::tx::{BagOwner, ElectedTerm, ModelTx, UnitUpdate};
 
 /// The leadership a commit depends on: the application's lease must still have this holder
@@ -86,12 +87,18 @@ pub struct HookCommit<'a> {
     pub changes: &'a Changes,
     /// The leadership the hook ran under, if it ran as leader.
     pub fence: Option<&'a Fence>,
+    /// What the hook read; the commit is refused ([`CommitError::Stale`]) unless the
+    /// store still holds the same. `None`: not checked (hooks the host writes for itself).
+    pub read: Option<&'a HookRead>,
 }
 
 /// Applies one hook's writes in the step `tx`: if it has a fence, only while the
 /// application's lease still has its holder and term; leader-only writes without a fence
 /// are refused. All or nothing: every check comes before the first write, and a store
 /// error after it makes the store abandon the step.
+///
+/// What the hook read must be what the store holds now ([`HookRead`]): no write lands on
+/// data the hook did not see ([`CommitError::Stale`]).
 ///
 /// In the same step the hook leaves its unit's queue, and must still be in it, so a commit
 /// applies at most once ([`CommitError::NotQueued`]); the leader-elected record is set, or,
@@ -108,6 +115,7 @@ pub fn commit<T: ModelTx + ?Sized>(
         hook,
         changes,
         fence,
+        read,
     } = request;
     let app = app_of(unit);
     crate::limits::check(&changes.into())?;
@@ -139,6 +147,16 @@ pub fn commit<T: ModelTx + ?Sized>(
                 seq,
             });
         }
+    }
+    // Last of the checks: a hook committed already is refused as such above, not rerun.
+    if let Some(read) = read
+        && hook_read(tx, &read.snapshot.model, unit)? != *read
+    {
+        return Err(CommitError::Stale {
+            unit: unit.to_string(),
+        });
+    }
+    if let Some(seq) = hook {
         tx.dequeue(unit, seq)?;
     }
 
