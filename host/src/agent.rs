@@ -182,6 +182,8 @@ enum Failure {
 
 pub(crate) struct UnitAgent {
     pub(crate) unit: String,
+    /// This agent's lease holder ([`charm_model::agent_holder`]).
+    pub(crate) holder: String,
     pub(crate) executor: Arc<dyn HookExecutor>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) shared: Arc<Shared>,
@@ -196,6 +198,9 @@ pub(crate) struct UnitAgent {
     pub(crate) poll: Option<Duration>,
     /// This unit's hooks and queue, when the host keeps metrics.
     pub(crate) metrics: Option<UnitMetrics>,
+    /// This agent's hold on the unit's ownership lease, when the host claims units: the
+    /// agent ends when it no longer holds it.
+    pub(crate) ownership: Option<tokio::sync::watch::Receiver<Leadership>>,
 }
 
 /// A hook in the agent's queue: one the store queued (`seq`), or one the agent generated
@@ -251,7 +256,17 @@ impl UnitAgent {
         let mut elected_term = self.elected_term;
         let mut failures = 0u32;
         let mut transient_failures = 0u32;
+        let mut ownership = self.ownership.clone();
         loop {
+            if let Some(owned) = &ownership
+                && !matches!(*owned.borrow(), Leadership::Leader { .. })
+            {
+                // Another agent may run the unit once the lease lapses: this one stops,
+                // and a new one claims the unit again.
+                tracing::warn!(unit = %self.unit, "ownership of the unit not renewed in time: stopping its agent");
+                self.shared.forget(&self.unit);
+                return;
+            }
             while let Ok(hook) = self.inbox.try_recv() {
                 self.accept(hook);
             }
@@ -296,6 +311,14 @@ impl UnitAgent {
                         None => return,
                     },
                     _ = leadership.changed() => {}
+                    _ = async {
+                        match ownership.as_mut() {
+                            Some(owned) => {
+                                let _ = owned.changed().await;
+                            }
+                            None => std::future::pending().await,
+                        }
+                    } => {}
                     // Hooks queued by another host sharing the store reach no mailbox here.
                     _ = async move {
                         match poll {
@@ -511,6 +534,7 @@ impl UnitAgent {
                         changes: &run.changes,
                         fence: fence.as_ref(),
                         read: Some(&read),
+                        owner: self.ownership.is_some().then_some(self.holder.as_str()),
                     };
                     match self.store.commit_hook(commit).await {
                         Ok(committed) => Ok(committed),
@@ -522,6 +546,9 @@ impl UnitAgent {
                             return Err(Failure::Gone);
                         }
                         Err(e @ CommitError::Fenced { .. }) => {
+                            Err(Failure::Transient(HookResultKind::Fenced, e.to_string()))
+                        }
+                        Err(e @ CommitError::NotOwner { .. }) => {
                             Err(Failure::Transient(HookResultKind::Fenced, e.to_string()))
                         }
                         Err(e @ CommitError::Stale { .. }) => {

@@ -15,7 +15,7 @@ use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
 use crate::metrics::HostMetrics;
 use crate::model::{
     ApplicationRecord, CharmMetadata, ConfigValue, Hook, RelationEndpoint, RelationRecord,
-    RelationRole, agent_holder, app_of,
+    RelationRole, agent_holder, agent_host, app_of, holder_agent, ownership_lease,
 };
 use crate::store::{ModelStatus, QueuedHook, Store, StoreError};
 
@@ -55,6 +55,11 @@ pub struct ControllerConfig {
     /// This host's name in its agents' lease holders ([`charm_model::agent_holder`]) and so
     /// in `status`; `None`: the machine's host name and this process's id.
     pub host: Option<String>,
+    /// Whether each agent claims its unit's ownership lease ([`charm_model::ownership_lease`])
+    /// before it runs the unit, renews it while it runs, and commits only while it holds
+    /// it: one agent runs a unit at a time, whichever hosts select it. Hosts sharing a
+    /// store (`charm-host run`) claim; a controller alone on its store need not.
+    pub ownership: bool,
 }
 
 /// The machine's host name and this process's id: `name:pid`. Two hosts on one machine
@@ -197,6 +202,141 @@ impl Shared {
     }
 }
 
+/// What a unit's agent is started with, so that it can start once it owns its unit.
+struct Launch {
+    unit: String,
+    /// The agent's lease holder ([`charm_model::agent_holder`]).
+    holder: String,
+    executor: Arc<dyn HookExecutor>,
+    shared: Arc<Shared>,
+    config: ControllerConfig,
+    seed: u64,
+    leadership: Arc<Mutex<BTreeMap<String, watch::Receiver<Leadership>>>>,
+}
+
+/// A unit's queue and its last leader-elected term, as the store holds them.
+type Loaded = (VecDeque<crate::agent::QueueEntry>, Option<u64>);
+
+impl Launch {
+    /// The unit's queue and leader-elected record.
+    async fn load(&self) -> Result<Loaded, StoreError> {
+        let store = &self.shared.store;
+        let queue = store
+            .queued(&self.unit)
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        let elected_term = store.snapshot(&self.unit).await?.elected_term;
+        Ok((queue, elected_term))
+    }
+
+    /// Waits until this agent holds the unit's ownership lease (`owner` claims and renews
+    /// it), then runs the unit. Hooks notified meanwhile are left to the store, which
+    /// keeps them for whichever agent runs the unit.
+    async fn when_owned(
+        self,
+        owner: LeadershipTracker,
+        mut inbox: mpsc::UnboundedReceiver<QueuedHook>,
+    ) {
+        let mut owned = owner.subscribe();
+        let mut told = None;
+        loop {
+            match &*owned.borrow_and_update() {
+                Leadership::Leader { .. } => break,
+                Leadership::Follower {
+                    leader: Some(other),
+                } if told.as_ref() != Some(other) => {
+                    let host = holder_agent(other).map_or(other.as_str(), agent_host);
+                    tracing::info!(
+                        unit = %self.unit,
+                        %host,
+                        "run by a live agent on another host: not running it here"
+                    );
+                    told = Some(other.clone());
+                }
+                _ => {}
+            }
+            tokio::select! {
+                changed = owned.changed() => if changed.is_err() { return },
+                hook = inbox.recv() => match hook {
+                    Some(_) => self.shared.pending.done(1),
+                    None => return,
+                },
+            }
+        }
+        if told.is_some() {
+            tracing::info!(unit = %self.unit, "taking the unit over: its owner's lease lapsed");
+        }
+        let loaded = loop {
+            match self.load().await {
+                Ok(loaded) => break loaded,
+                Err(StoreError::NotFound(_)) => {
+                    self.shared.forget(&self.unit);
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(unit = %self.unit, "loading its queue: {e}");
+                    tokio::time::sleep(self.config.leadership.retry_period).await;
+                }
+            }
+        };
+        self.run(inbox, loaded, Some(owner)).await;
+    }
+
+    /// Runs the unit's agent with its leadership tracker; `owner`, if any, keeps renewing
+    /// the unit's ownership lease while it runs.
+    async fn run(
+        self,
+        inbox: mpsc::UnboundedReceiver<QueuedHook>,
+        (queue, elected_term): Loaded,
+        owner: Option<LeadershipTracker>,
+    ) {
+        self.shared.pending.add(queue.len());
+        let unit = self.unit.as_str();
+        let lease_store: Arc<dyn crate::store::LeaseStore> = self.shared.store.clone();
+        let tracker = match &self.config.metrics {
+            Some(metrics) => LeadershipTracker::spawn_measured(
+                lease_store,
+                app_of(unit),
+                &self.holder,
+                self.config.leadership.clone(),
+                self.seed,
+                metrics,
+            ),
+            None => LeadershipTracker::spawn(
+                lease_store,
+                app_of(unit),
+                &self.holder,
+                self.config.leadership.clone(),
+                self.seed,
+            ),
+        };
+        self.leadership
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(unit.to_string(), tracker.subscribe());
+        let agent = UnitAgent {
+            unit: unit.to_string(),
+            holder: self.holder.clone(),
+            executor: self.executor,
+            store: self.shared.store.clone(),
+            shared: self.shared.clone(),
+            inbox,
+            queue,
+            retry: self.config.retry.clone(),
+            leadership: self.config.leadership.clone(),
+            elected_term,
+            poll: self.config.poll_interval,
+            metrics: self.config.metrics.as_ref().map(|m| m.unit(app_of(unit))),
+            ownership: owner.as_ref().map(LeadershipTracker::subscribe),
+        };
+        agent.run(tracker).await;
+        // Dropped only now: ownership is renewed for as long as the agent runs.
+        drop(owner);
+    }
+}
+
 /// Runs the units of a model: one agent per unit, each with its hook queue and leadership
 /// tracker, over one store.
 pub struct Controller {
@@ -204,7 +344,7 @@ pub struct Controller {
     config: ControllerConfig,
     trackers: Mutex<BTreeMap<String, tokio::task::AbortHandle>>,
     executors: Mutex<BTreeMap<String, Arc<dyn HookExecutor>>>,
-    leadership: Mutex<BTreeMap<String, watch::Receiver<Leadership>>>,
+    leadership: Arc<Mutex<BTreeMap<String, watch::Receiver<Leadership>>>>,
     /// The lease holder of each unit's running agent ([`charm_model::agent_holder`]).
     holders: Mutex<BTreeMap<String, String>>,
     /// This host's name, the first part of its agents' ids.
@@ -234,7 +374,7 @@ impl Controller {
             shared,
             trackers: Mutex::new(BTreeMap::new()),
             executors: Mutex::new(BTreeMap::new()),
-            leadership: Mutex::new(BTreeMap::new()),
+            leadership: Arc::new(Mutex::new(BTreeMap::new())),
             holders: Mutex::new(BTreeMap::new()),
             host: config.host.clone().unwrap_or_else(default_host_name),
             seed: config.seed.unwrap_or_else(rand::random),
@@ -411,7 +551,9 @@ impl Controller {
         Ok(units)
     }
 
-    /// Starts a unit's agent on the queue the store holds for it.
+    /// Starts a unit's agent on the queue the store holds for it. With
+    /// [`ControllerConfig::ownership`], the agent first claims the unit's ownership lease,
+    /// and runs nothing while another host's live agent holds it.
     async fn start_agent(
         &self,
         unit: &str,
@@ -435,34 +577,6 @@ impl Controller {
             }
             mailboxes.insert(unit.to_string(), tx);
         }
-        let loaded = async {
-            let queue: VecDeque<crate::agent::QueueEntry> = self
-                .shared
-                .store
-                .queued(unit)
-                .await?
-                .into_iter()
-                .map(Into::into)
-                .collect();
-            let elected_term = self.shared.store.snapshot(unit).await?.elected_term;
-            Ok::<_, StoreError>((queue, elected_term))
-        }
-        .await;
-        let (queue, elected_term) = match loaded {
-            Ok(loaded) => loaded,
-            Err(e) => {
-                // No agent: let a retry start it.
-                self.shared
-                    .mailboxes
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(unit);
-                return Err(e);
-            }
-        };
-        self.shared.pending.add(queue.len());
-        let lease_store: Arc<dyn crate::store::LeaseStore> = self.shared.store.clone();
-        let seed = self.seed ^ fnv1a(unit);
         // A new agent id at every start: a restarted agent, or another host's agent of the
         // same unit, never holds the unit's leases as this one.
         let holder = agent_holder(
@@ -473,41 +587,35 @@ impl Controller {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(unit.to_string(), holder.clone());
-        let tracker = match &self.config.metrics {
-            Some(metrics) => LeadershipTracker::spawn_measured(
-                lease_store,
-                app_of(unit),
-                &holder,
-                self.config.leadership.clone(),
-                seed,
-                metrics,
-            ),
-            None => LeadershipTracker::spawn(
-                lease_store,
-                app_of(unit),
-                &holder,
-                self.config.leadership.clone(),
-                seed,
-            ),
-        };
-        self.leadership
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(unit.to_string(), tracker.subscribe());
-        let agent = UnitAgent {
+        let launch = Launch {
             unit: unit.to_string(),
+            holder,
             executor,
-            store: self.shared.store.clone(),
             shared: self.shared.clone(),
-            inbox,
-            queue,
-            retry: self.config.retry.clone(),
-            leadership: self.config.leadership.clone(),
-            elected_term,
-            poll: self.config.poll_interval,
-            metrics: self.config.metrics.as_ref().map(|m| m.unit(app_of(unit))),
+            config: self.config.clone(),
+            seed: self.seed ^ fnv1a(unit),
+            leadership: self.leadership.clone(),
         };
-        let task = tokio::spawn(agent.run(tracker));
+        let task = if self.config.ownership {
+            let owner = LeadershipTracker::spawn(
+                self.shared.store.clone(),
+                &ownership_lease(unit),
+                &launch.holder,
+                self.config.leadership.clone(),
+                launch.seed.rotate_left(1),
+            );
+            tokio::spawn(launch.when_owned(owner, inbox))
+        } else {
+            let loaded = match launch.load().await {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    // No agent: let a retry start it.
+                    self.shared.forget(unit);
+                    return Err(e);
+                }
+            };
+            tokio::spawn(launch.run(inbox, loaded, None))
+        };
         self.trackers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -798,6 +906,16 @@ impl Controller {
         {
             if let Err(e) = self.shared.store.release(app_of(unit), holder).await {
                 tracing::warn!(%unit, "could not release the lease: {e}");
+            }
+            // Last, so that no other host runs the unit while this one still leads.
+            if self.config.ownership
+                && let Err(e) = self
+                    .shared
+                    .store
+                    .release(&ownership_lease(unit), holder)
+                    .await
+            {
+                tracing::warn!(%unit, "could not release its ownership: {e}");
             }
         }
     }

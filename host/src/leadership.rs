@@ -345,9 +345,7 @@ async fn renew_loop(
                     }
                 }
                 let next = now + config.retry_period.mul_f64(rng.random_range(0.75..=1.0));
-                // Followers know the leader by its unit, whichever of its agents holds.
-                let leader = holder_unit(&holder).to_string();
-                (ClaimAnswer::Denied { holder: leader }, Duration::ZERO, next)
+                (ClaimAnswer::Denied { holder }, Duration::ZERO, next)
             }
             Err(LeaseError::Unavailable(why)) => {
                 failures += 1;

@@ -786,6 +786,8 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
         hosted_units: (!units.is_empty()).then_some(units),
         poll_interval,
         metrics: metrics.clone(),
+        // Hosts sharing the store may select the same units: one agent runs each.
+        ownership: true,
         ..Default::default()
     };
     let controller = Arc::new(Controller::new(store.clone(), margin, config)?);
@@ -1025,6 +1027,7 @@ async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {
                 json!({
                     "name": u.name,
                     "leader": u.leader,
+                    "host": u.host,
                     "status": u.status.kind.as_str(),
                     "message": u.status.message,
                     "workload_version": u.workload_version,
@@ -1078,6 +1081,7 @@ async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {
         "Unit".to_string(),
         "Workload".into(),
         "Leader".into(),
+        "Host".into(),
         "Version".into(),
         "Message".into(),
     ]];
@@ -1086,6 +1090,7 @@ async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {
             u.name.clone(),
             u.status.kind.as_str().into(),
             if u.leader { "*".into() } else { String::new() },
+            u.host.clone().unwrap_or_else(|| "-".into()),
             u.workload_version.clone(),
             u.status.message.clone(),
         ]);

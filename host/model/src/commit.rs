@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CommitError, not_found};
 use crate::operations::{enqueue, units_by_app};
-use crate::records::{Changes, Hook, LeaseHolder, QueuedHook, RelationId, app_of, holder_unit};
+use crate::records::{
+    Changes, Hook, LeaseHolder, QueuedHook, RelationId, app_of, holder_unit, ownership_lease,
+};
 use crate::removal::{finish_unit, reap_relation};
 use crate::routing::follow_ups;
 use crate::snapshot::{HookRead, hook_read};
@@ -90,6 +92,10 @@ pub struct HookCommit<'a> {
     /// What the hook read; the commit is refused ([`CommitError::Stale`]) unless the
     /// store still holds the same. `None`: not checked (hooks the host writes for itself).
     pub read: Option<&'a HookRead>,
+    /// The agent that ran the hook as the unit's owner ([`crate::ownership_lease`]); the
+    /// commit is refused ([`CommitError::NotOwner`]) unless it still holds the unit's
+    /// ownership lease. `None`: not checked (hosts that do not claim units).
+    pub owner: Option<&'a str>,
 }
 
 /// Applies one hook's writes in the step `tx`: if it has a fence, only while the
@@ -116,6 +122,7 @@ pub fn commit<T: ModelTx + ?Sized>(
         changes,
         fence,
         read,
+        owner,
     } = request;
     let app = app_of(unit);
     crate::limits::check(&changes.into())?;
@@ -128,6 +135,16 @@ pub fn commit<T: ModelTx + ?Sized>(
         }
         None if changes.needs_fence() => return Err(CommitError::Unfenced),
         _ => {}
+    }
+    if let Some(owner) = owner
+        && tx
+            .live_lease(&ownership_lease(unit))?
+            .is_none_or(|l| l.holder != owner)
+    {
+        return Err(CommitError::NotOwner {
+            unit: unit.to_string(),
+            holder: owner.to_string(),
+        });
     }
     // A unit writes only its application's bags, in relations it is in; those relations
     // route the follow-ups.

@@ -87,6 +87,15 @@ pub enum CommitError {
         /// The unit.
         unit: String,
     },
+    /// The unit's ownership lease has another holder, or lapsed: another agent may run
+    /// the unit now, so this one applies nothing.
+    #[error("{holder} no longer owns {unit}")]
+    NotOwner {
+        /// The unit.
+        unit: String,
+        /// The agent that committed ([`crate::agent_holder`]).
+        holder: String,
+    },
     /// The hook's writes exceed a limit ([`crate::limits`]).
     #[error("the hook's writes exceed a limit: {0}")]
     Limit(#[from] crate::limits::LimitError),
@@ -104,6 +113,7 @@ impl CommitError {
             CommitError::Unfenced => "unfenced",
             CommitError::NotQueued { .. } => "not-queued",
             CommitError::Stale { .. } => "stale",
+            CommitError::NotOwner { .. } => "not-owner",
             CommitError::Limit(_) => "limit",
             CommitError::Store(e) => e.kind(),
         }

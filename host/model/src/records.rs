@@ -661,6 +661,28 @@ pub fn holder_unit(holder: &str) -> &str {
     holder.split_once('#').map_or(holder, |(unit, _)| unit)
 }
 
+/// The lease that says which agent owns `unit`: only the agent holding it runs the unit's
+/// hooks, and a commit of the unit's hook made under ownership is refused once another
+/// agent holds it ([`crate::commit::HookCommit::owner`]). It lives among the applications'
+/// leases under a name no application can take (application names have no `:`).
+///
+/// ```
+/// assert_eq!(charm_model::ownership_lease("db/0"), "unit-owner:db/0");
+/// ```
+pub fn ownership_lease(unit: &str) -> String {
+    format!("unit-owner:{unit}")
+}
+
+/// The host an agent id names: an agent id is `host.nonce` (the host's name, then a
+/// number drawn at the agent's start).
+///
+/// ```
+/// assert_eq!(charm_model::agent_host("node-1.example:812.00c0ffee"), "node-1.example:812");
+/// ```
+pub fn agent_host(agent: &str) -> &str {
+    agent.rsplit_once('.').map_or(agent, |(host, _)| host)
+}
+
 /// The agent part of a lease holder ([`agent_holder`]), if it has one.
 pub fn holder_agent(holder: &str) -> Option<&str> {
     holder.split_once('#').map(|(_, agent)| agent)

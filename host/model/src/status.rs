@@ -13,6 +13,9 @@ pub struct UnitStatusRow {
     pub name: String,
     /// Whether it holds its application's lease now.
     pub leader: bool,
+    /// The host whose agent runs it, as its ownership lease says
+    /// ([`crate::ownership_lease`]); `None` while no live agent owns it.
+    pub host: Option<String>,
     /// Its workload status (an error status while a hook is failing).
     pub status: Status,
     /// Its workload version.
@@ -55,6 +58,11 @@ pub fn status<T: ModelTx + ?Sized>(tx: &mut T) -> Result<ModelStatus, StoreError
             let record = tx.unit(&unit)?.unwrap_or_default();
             status.units.push(UnitStatusRow {
                 leader: lease.as_ref().is_some_and(|l| l.unit() == unit),
+                host: tx.live_lease(&crate::ownership_lease(&unit))?.map(|l| {
+                    crate::holder_agent(&l.holder)
+                        .map_or(l.holder.as_str(), crate::agent_host)
+                        .to_string()
+                }),
                 status: match record.hook_error {
                     Some(e) => Status::new(StatusKind::Error, e),
                     None => record.status,

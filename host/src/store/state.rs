@@ -551,6 +551,7 @@ pub trait StateStore: Send + Sync {
             changes,
             fence,
             read: None,
+            owner: None,
         })
     }
 
@@ -559,6 +560,8 @@ pub trait StateStore: Send + Sync {
         Box::pin(async move {
             let unit = request.unit;
             let app = app_of(unit);
+            let owner_lease = charm_model::ownership_lease(unit);
+            let owned = [Records::Lease(&owner_lease)];
             let reads = [
                 Records::Unit(unit),
                 Records::Queue(unit),
@@ -570,6 +573,10 @@ pub trait StateStore: Send + Sync {
                 Records::AppStatus(app),
                 Records::BagsWritten(request.changes, unit),
             ];
+            let reads: Vec<Records<'_>> = match request.owner {
+                Some(_) => reads.iter().chain(&owned).copied().collect(),
+                None => reads.to_vec(),
+            };
             run(
                 self,
                 Step::write("commit", "commit of", unit, &reads),
