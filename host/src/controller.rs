@@ -214,6 +214,15 @@ struct Launch {
     leadership: Arc<Mutex<BTreeMap<String, watch::Receiver<Leadership>>>>,
 }
 
+/// Hooks counted as pending until this is dropped.
+struct PendingWhile(Arc<Shared>, usize);
+
+impl Drop for PendingWhile {
+    fn drop(&mut self) {
+        self.0.pending.done(self.1);
+    }
+}
+
 /// A unit's queue and its last leader-elected term, as the store holds them.
 type Loaded = (VecDeque<crate::agent::QueueEntry>, Option<u64>);
 
@@ -233,12 +242,15 @@ impl Launch {
 
     /// Waits until this agent holds the unit's ownership lease (`owner` claims and renews
     /// it), then runs the unit. Hooks notified meanwhile are left to the store, which
-    /// keeps them for whichever agent runs the unit.
+    /// keeps them for whichever agent runs the unit; `waiting`, the hooks it held at the
+    /// start, count as pending until then.
     async fn when_owned(
         self,
         owner: LeadershipTracker,
         mut inbox: mpsc::UnboundedReceiver<QueuedHook>,
+        waiting: usize,
     ) {
+        let waiting = PendingWhile(self.shared.clone(), waiting);
         let mut owned = owner.subscribe();
         let mut told = None;
         loop {
@@ -281,6 +293,8 @@ impl Launch {
                 }
             }
         };
+        // Counted again, as loaded now, by the agent.
+        drop(waiting);
         self.run(inbox, loaded, Some(owner)).await;
     }
 
@@ -597,6 +611,16 @@ impl Controller {
             leadership: self.leadership.clone(),
         };
         let task = if self.config.ownership {
+            // Its stored queue counts as pending while it waits: a host run until idle
+            // does not call itself idle with its units' hooks not run.
+            let waiting = match self.shared.store.queued(unit).await {
+                Ok(queue) => queue.len(),
+                Err(e) => {
+                    self.shared.forget(unit);
+                    return Err(e);
+                }
+            };
+            self.shared.pending.add(waiting);
             let owner = LeadershipTracker::spawn(
                 self.shared.store.clone(),
                 &ownership_lease(unit),
@@ -604,7 +628,7 @@ impl Controller {
                 self.config.leadership.clone(),
                 launch.seed.rotate_left(1),
             );
-            tokio::spawn(launch.when_owned(owner, inbox))
+            tokio::spawn(launch.when_owned(owner, inbox, waiting))
         } else {
             let loaded = match launch.load().await {
                 Ok(loaded) => loaded,

@@ -835,8 +835,11 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
         controller.release_leases().await;
     }
     watching.abort();
-    controller.shutdown();
-    print_status(&store, format).await
+    let printed = print_status(&store, format).await;
+    // A clean stop: the next host to run these units (or this one, run again) has them at
+    // once, not after their leases lapse.
+    controller.release_leases().await;
+    printed
 }
 
 /// How often a running host looks for units added or removed while it runs.
