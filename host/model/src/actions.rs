@@ -194,16 +194,12 @@ mod tests {
         ]);
         let error = checked_params("kv", &kv(), "put", unknown).unwrap_err();
         assert!(
-            error
-                .to_string()
-                .contains("no parameter \"tll\" (it has: key, ttl)"),
+            error.to_string().contains("no parameter \"tll\" (it has: key, ttl)"),
             "{error}"
         );
         let error = checked_params("kv", &kv(), "put", BTreeMap::new()).unwrap_err();
         assert!(
-            error
-                .to_string()
-                .contains("required parameter key not given"),
+            error.to_string().contains("required parameter key not given"),
             "{error}"
         );
     }
