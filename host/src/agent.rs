@@ -371,7 +371,9 @@ impl UnitAgent {
                     transient_failures += 1;
                     // A store that refuses writes (a full disk, say) is news to the
                     // operator: said once at warning level, then quietly while it lasts.
-                    if transient_failures == 1 && kind == HookResultKind::StoreUnavailable {
+                    if kind == HookResultKind::Stale {
+                        tracing::debug!(unit = %self.unit, hook = %hook.name(), "hook runs again: {why}");
+                    } else if transient_failures == 1 && kind == HookResultKind::StoreUnavailable {
                         tracing::warn!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
                     } else {
                         tracing::info!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
@@ -604,7 +606,11 @@ impl UnitAgent {
                     Failure::Gone => (HookResultKind::StoreUnavailable, "unit removed".into()),
                     Failure::Transient(kind, m) => (*kind, m.clone()),
                 };
-                self.finish(began, record);
+                // A commit refused as stale is part of committing, not a failed hook: the
+                // hook runs again on fresh data, and that run is the one recorded.
+                if record.result != HookResultKind::Stale {
+                    self.finish(began, record);
+                }
                 Err(failure)
             }
         }

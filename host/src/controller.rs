@@ -293,20 +293,21 @@ impl Launch {
                 }
             }
         };
-        // Counted again, as loaded now, by the agent.
+        // Counted as loaded now, before the count as waiting goes: never zero meanwhile.
+        self.shared.pending.add(loaded.0.len());
         drop(waiting);
         self.run(inbox, loaded, Some(owner)).await;
     }
 
     /// Runs the unit's agent with its leadership tracker; `owner`, if any, keeps renewing
-    /// the unit's ownership lease while it runs.
+    /// the unit's ownership lease while it runs. The caller counted the loaded queue as
+    /// pending.
     async fn run(
         self,
         inbox: mpsc::UnboundedReceiver<QueuedHook>,
         (queue, elected_term): Loaded,
         owner: Option<LeadershipTracker>,
     ) {
-        self.shared.pending.add(queue.len());
         let unit = self.unit.as_str();
         let lease_store: Arc<dyn crate::store::LeaseStore> = self.shared.store.clone();
         let tracker = match &self.config.metrics {
@@ -638,6 +639,8 @@ impl Controller {
                     return Err(e);
                 }
             };
+            // Counted before this returns, so that a caller waiting for idle waits for them.
+            self.shared.pending.add(loaded.0.len());
             tokio::spawn(launch.run(inbox, loaded, None))
         };
         self.trackers

@@ -1737,6 +1737,7 @@ fn checked<'a>(
         changes,
         fence,
         read: Some(read),
+        owner: None,
     }
 }
 
