@@ -1742,7 +1742,7 @@ fn checked<'a>(
 }
 
 /// A change made between a hook's snapshot and its commit, the `n`th of the test.
-type ChangeUnderTheHook = Box<dyn Fn(u32) -> Changes>;
+type ChangeUnderTheHook<'a> = Box<dyn Fn(u32) -> Changes + 'a>;
 
 async fn a_commit_whose_hook_read_changed_is_stale_and_applies_nothing(store: &dyn Store) {
     let m = deploy(store).await;
@@ -1762,7 +1762,7 @@ async fn a_commit_whose_hook_read_changed_is_stale_and_applies_nothing(store: &d
     };
     // Each input of web/0's hooks, changed by another commit or by the operator between
     // the hook's snapshot and its commit.
-    let changes_under_the_hook: Vec<(&str, ChangeUnderTheHook, &str)> = vec![
+    let changes_under_the_hook: Vec<(&str, ChangeUnderTheHook<'_>, &str)> = vec![
         (
             "leader data",
             Box::new(|n| counter(&n.to_string())),
