@@ -10,6 +10,10 @@
 //!   pgsql library emits master-changed and writes its stored state) and configures twice.
 //! - `full_hook/memory`, `full_hook/sqlite`: what a unit's agent does per hook: the
 //!   snapshot read from the store, the hook in a fresh instance, the fenced commit.
+//! - `checked_full_hook/memory`, `checked_full_hook/sqlite`: `full_hook/*` as agents run
+//!   it since hosts may share units: the snapshot read with the pod spec revision, and the
+//!   commit checked against both and against the unit's ownership lease; against
+//!   `full_hook/*` in the same run, what those checks cost.
 //! - `io_hook/memory`: `full_hook/memory` with `tests/guests/replay` in discourse's place,
 //!   replaying discourse's host calls (the same eleven calls, arguments and answers, the
 //!   same pod spec and status written and committed) without discourse's logic. Between
@@ -349,6 +353,12 @@ fn main() {
     let floor_discourse = Floor::new(&runtime, &guests.discourse);
     let memory = deployed(&rt, &discourse, false);
     let sqlite = deployed(&rt, &discourse, true);
+    // The same hooks as agents run them now: checked against what they read and against
+    // their unit's ownership.
+    let memory_c = deployed(&rt, &discourse, false);
+    let sqlite_c = deployed(&rt, &discourse, true);
+    common::own(&rt, memory_c.store.as_ref(), &memory_c.unit);
+    common::own(&rt, sqlite_c.store.as_ref(), &sqlite_c.unit);
     // The same hooks with the host's metrics on: the store measured, the hook counted.
     let metrics = HostMetrics::new();
     let memory_m = metered(deployed(&rt, &discourse, false), &metrics);
@@ -421,6 +431,12 @@ fn main() {
             "full_hook/sqlite" => Box::new(|| {
                 common::full_hook(&rt, sqlite.store.as_ref(), &discourse, &sqlite.unit);
             }),
+            "checked_full_hook/memory" => Box::new(|| {
+                common::checked_full_hook(&rt, memory_c.store.as_ref(), &discourse, &memory_c.unit);
+            }),
+            "checked_full_hook/sqlite" => Box::new(|| {
+                common::checked_full_hook(&rt, sqlite_c.store.as_ref(), &discourse, &sqlite_c.unit);
+            }),
             "io_hook/memory" => Box::new(|| {
                 common::full_hook(&rt, memory.store.as_ref(), &replay_charm, &replay);
             }),
@@ -475,6 +491,20 @@ fn main() {
             "full_hook/sqlite",
             Box::new(|| {
                 common::full_hook(&rt, sqlite.store.as_ref(), &discourse, &sqlite.unit);
+            }),
+        ),
+        (
+            "checked_full_hook/memory",
+            Box::new(|| {
+                let unit = &memory_c.unit;
+                common::checked_full_hook(&rt, memory_c.store.as_ref(), &discourse, unit);
+            }),
+        ),
+        (
+            "checked_full_hook/sqlite",
+            Box::new(|| {
+                let unit = &sqlite_c.unit;
+                common::checked_full_hook(&rt, sqlite_c.store.as_ref(), &discourse, unit);
             }),
         ),
         (
@@ -619,6 +649,14 @@ fn main() {
         });
         group.bench_function("full_hook/sqlite", |b| {
             b.iter(|| common::full_hook(&rt, sqlite.store.as_ref(), &discourse, &sqlite.unit))
+        });
+        group.bench_function("checked_full_hook/memory", |b| {
+            let unit = &memory_c.unit;
+            b.iter(|| common::checked_full_hook(&rt, memory_c.store.as_ref(), &discourse, unit))
+        });
+        group.bench_function("checked_full_hook/sqlite", |b| {
+            let unit = &sqlite_c.unit;
+            b.iter(|| common::checked_full_hook(&rt, sqlite_c.store.as_ref(), &discourse, unit))
         });
         group.bench_function("io_hook/memory", |b| {
             b.iter(|| common::full_hook(&rt, memory.store.as_ref(), &replay_charm, &replay))

@@ -17,7 +17,9 @@ use crate::controller::Shared;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
 use crate::metrics::UnitMetrics;
 use crate::model::{Hook, LogRecord, RelationHook, UnitSnapshot};
-use crate::store::{BoxFuture, CommitError, Committed, Fence, QueuedHook, Store, StoreError};
+use crate::store::{
+    BoxFuture, CommitError, Committed, Fence, HookCommit, QueuedHook, Store, StoreError,
+};
 
 /// What runs a hook: a compiled charm in wasmtime, or (in the simulation) a native
 /// stand-in that goes through the same hook context and imports.
@@ -94,6 +96,10 @@ impl HookExecutor for Charm {
     }
 }
 
+/// How many conflicting commits in a row rerun their hook at once, before the retries back
+/// off as for other transient failures.
+const STALE_AT_ONCE: u32 = 3;
+
 /// How often a unit in error looks whether the operator resolved it.
 const RESOLVED_POLL: Duration = Duration::from_secs(1);
 
@@ -163,6 +169,8 @@ pub enum HookResultKind {
     Interrupted,
     /// Its commit met a fence that no longer held.
     Fenced,
+    /// What it read changed before its commit: it runs again on fresh data.
+    Stale,
     /// The store could not be reached.
     StoreUnavailable,
 }
@@ -176,6 +184,7 @@ impl HookResultKind {
             HookResultKind::CharmFailed => "charm-failed",
             HookResultKind::Interrupted => "interrupted",
             HookResultKind::Fenced => "fenced",
+            HookResultKind::Stale => "stale",
             HookResultKind::StoreUnavailable => "store-unavailable",
         }
     }
@@ -206,6 +215,8 @@ enum Failure {
 
 pub(crate) struct UnitAgent {
     pub(crate) unit: String,
+    /// This agent's lease holder ([`charm_model::agent_holder`]).
+    pub(crate) holder: String,
     pub(crate) executor: Arc<dyn HookExecutor>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) shared: Arc<Shared>,
@@ -220,6 +231,9 @@ pub(crate) struct UnitAgent {
     pub(crate) poll: Option<Duration>,
     /// This unit's hooks and queue, when the host keeps metrics.
     pub(crate) metrics: Option<UnitMetrics>,
+    /// This agent's hold on the unit's ownership lease, when the host claims units: the
+    /// agent ends when it no longer holds it.
+    pub(crate) ownership: Option<tokio::sync::watch::Receiver<Leadership>>,
 }
 
 /// A hook in the agent's queue: one the store queued (`seq`), or one the agent generated
@@ -275,7 +289,17 @@ impl UnitAgent {
         let mut elected_term = self.elected_term;
         let mut failures = 0u32;
         let mut transient_failures = 0u32;
+        let mut ownership = self.ownership.clone();
         loop {
+            if let Some(owned) = &ownership
+                && !matches!(*owned.borrow(), Leadership::Leader { .. })
+            {
+                // Another agent may run the unit once the lease lapses: this one stops,
+                // and a new one claims the unit again.
+                tracing::warn!(unit = %self.unit, "ownership of the unit not renewed in time: stopping its agent");
+                self.shared.forget(&self.unit);
+                return;
+            }
             while let Ok(hook) = self.inbox.try_recv() {
                 self.accept(hook);
             }
@@ -320,6 +344,14 @@ impl UnitAgent {
                         None => return,
                     },
                     _ = leadership.changed() => {}
+                    _ = async {
+                        match ownership.as_mut() {
+                            Some(owned) => {
+                                let _ = owned.changed().await;
+                            }
+                            None => std::future::pending().await,
+                        }
+                    } => {}
                     // Hooks queued by another host sharing the store reach no mailbox here.
                     _ = async move {
                         match poll {
@@ -372,12 +404,18 @@ impl UnitAgent {
                     transient_failures += 1;
                     // A store that refuses writes (a full disk, say) is news to the
                     // operator: said once at warning level, then quietly while it lasts.
-                    if transient_failures == 1 && kind == HookResultKind::StoreUnavailable {
+                    if kind == HookResultKind::Stale {
+                        tracing::debug!(unit = %self.unit, hook = %hook.name(), "hook runs again: {why}");
+                    } else if transient_failures == 1 && kind == HookResultKind::StoreUnavailable {
                         tracing::warn!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
                     } else {
                         tracing::info!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
                     }
-                    sleep(self.retry.backoff(transient_failures)).await;
+                    // A hook that read stale data runs again at once on fresh data; only
+                    // a run of conflicts backs off.
+                    if kind != HookResultKind::Stale || transient_failures > STALE_AT_ONCE {
+                        sleep(self.retry.backoff(transient_failures)).await;
+                    }
                 }
                 Err(Failure::Charm(why)) => {
                     failures += 1;
@@ -449,8 +487,8 @@ impl UnitAgent {
         let min_remaining = self.min_remaining();
         tracker.renewed(min_remaining).await;
         let began = Instant::now();
-        let snapshot = match self.store.snapshot(&self.unit).await {
-            Ok(snapshot) => snapshot,
+        let read = match self.store.hook_read(&self.unit).await {
+            Ok(read) => read,
             Err(StoreError::NotFound(what)) if what == format!("unit {}", self.unit) => {
                 return Err(Failure::Gone);
             }
@@ -497,7 +535,12 @@ impl UnitAgent {
         }
         let mut run = self
             .executor
-            .execute(snapshot, fence.clone(), guarantee.clone(), hook.clone())
+            .execute(
+                read.snapshot.clone(),
+                fence.clone(),
+                guarantee.clone(),
+                hook.clone(),
+            )
             .await;
         if *hook == Hook::LeaderElected {
             run.changes.elected_term = fence.as_ref().map(|f| f.term);
@@ -530,11 +573,15 @@ impl UnitAgent {
                     ))
                 } else {
                     // Even with nothing written, the commit takes the hook off the queue.
-                    match self
-                        .store
-                        .commit(&self.unit, seq, &run.changes, fence.as_ref())
-                        .await
-                    {
+                    let commit = HookCommit {
+                        unit: &self.unit,
+                        hook: seq,
+                        changes: &run.changes,
+                        fence: fence.as_ref(),
+                        read: Some(&read),
+                        owner: self.ownership.is_some().then_some(self.holder.as_str()),
+                    };
+                    match self.store.commit_hook(commit).await {
                         Ok(committed) => Ok(committed),
                         // A host that crashed after this commit applied it already.
                         Err(CommitError::NotQueued { .. }) => Ok(Committed::default()),
@@ -545,6 +592,12 @@ impl UnitAgent {
                         }
                         Err(e @ CommitError::Fenced { .. }) => {
                             Err(Failure::Transient(HookResultKind::Fenced, e.to_string()))
+                        }
+                        Err(e @ CommitError::NotOwner { .. }) => {
+                            Err(Failure::Transient(HookResultKind::Fenced, e.to_string()))
+                        }
+                        Err(e @ CommitError::Stale { .. }) => {
+                            Err(Failure::Transient(HookResultKind::Stale, e.to_string()))
                         }
                         Err(CommitError::Store(e)) => Err(Failure::Transient(
                             HookResultKind::StoreUnavailable,
@@ -627,7 +680,11 @@ impl UnitAgent {
                     Failure::Gone => (HookResultKind::StoreUnavailable, "unit removed".into()),
                     Failure::Transient(kind, m) => (*kind, m.clone()),
                 };
-                self.finish(began, record);
+                // A commit refused as stale is part of committing, not a failed hook: the
+                // hook runs again on fresh data, and that run is the one recorded.
+                if record.result != HookResultKind::Stale {
+                    self.finish(began, record);
+                }
                 Err(failure)
             }
         }

@@ -15,7 +15,7 @@ use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
 use crate::metrics::HostMetrics;
 use crate::model::{
     ApplicationRecord, CharmMetadata, ConfigValue, Hook, RelationEndpoint, RelationRecord,
-    RelationRole, app_of,
+    RelationRole, agent_holder, agent_host, app_of, holder_agent, ownership_lease,
 };
 use crate::module_switch::ModuleSwitch;
 use crate::store::{ModelStatus, QueuedHook, Store, StoreError};
@@ -53,6 +53,26 @@ pub struct ControllerConfig {
     /// Where agents and leadership trackers count their hooks, queues and leases; `None`
     /// keeps no metrics.
     pub metrics: Option<Arc<HostMetrics>>,
+    /// This host's name in its agents' lease holders ([`charm_model::agent_holder`]) and so
+    /// in `status`; `None`: the machine's host name and this process's id.
+    pub host: Option<String>,
+    /// Whether each agent claims its unit's ownership lease ([`charm_model::ownership_lease`])
+    /// before it runs the unit, renews it while it runs, and commits only while it holds
+    /// it: one agent runs a unit at a time, whichever hosts select it. Hosts sharing a
+    /// store (`charm-host run`) claim; a controller alone on its store need not.
+    pub ownership: bool,
+}
+
+/// The machine's host name and this process's id: `name:pid`. Two hosts on one machine
+/// are two names.
+pub fn default_host_name() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{name}:{}", std::process::id())
 }
 
 /// Whether `text` matches `pattern`, where `*` stands for any run of characters and `?`
@@ -189,6 +209,156 @@ impl Shared {
 pub type LoadCharm =
     dyn Fn(&ApplicationRecord, Option<&[u8]>) -> Option<Arc<dyn HookExecutor>> + Send + Sync;
 
+/// What a unit's agent is started with, so that it can start once it owns its unit.
+struct Launch {
+    unit: String,
+    /// The agent's lease holder ([`charm_model::agent_holder`]).
+    holder: String,
+    executor: Arc<dyn HookExecutor>,
+    shared: Arc<Shared>,
+    config: ControllerConfig,
+    seed: u64,
+    leadership: Arc<Mutex<BTreeMap<String, watch::Receiver<Leadership>>>>,
+}
+
+/// Hooks counted as pending until this is dropped.
+struct PendingWhile(Arc<Shared>, usize);
+
+impl Drop for PendingWhile {
+    fn drop(&mut self) {
+        self.0.pending.done(self.1);
+    }
+}
+
+/// A unit's queue and its last leader-elected term, as the store holds them.
+type Loaded = (VecDeque<crate::agent::QueueEntry>, Option<u64>);
+
+impl Launch {
+    /// The unit's queue and leader-elected record.
+    async fn load(&self) -> Result<Loaded, StoreError> {
+        let store = &self.shared.store;
+        let queue = store
+            .queued(&self.unit)
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        let elected_term = store.snapshot(&self.unit).await?.elected_term;
+        Ok((queue, elected_term))
+    }
+
+    /// Waits until this agent holds the unit's ownership lease (`owner` claims and renews
+    /// it), then runs the unit. Hooks notified meanwhile are left to the store, which
+    /// keeps them for whichever agent runs the unit; `waiting`, the hooks it held at the
+    /// start, count as pending until then.
+    async fn when_owned(
+        self,
+        owner: LeadershipTracker,
+        mut inbox: mpsc::UnboundedReceiver<QueuedHook>,
+        waiting: usize,
+    ) {
+        let waiting = PendingWhile(self.shared.clone(), waiting);
+        let mut owned = owner.subscribe();
+        let mut told = None;
+        loop {
+            match &*owned.borrow_and_update() {
+                Leadership::Leader { .. } => break,
+                Leadership::Follower {
+                    leader: Some(other),
+                } if told.as_ref() != Some(other) => {
+                    let host = holder_agent(other).map_or(other.as_str(), agent_host);
+                    tracing::info!(
+                        unit = %self.unit,
+                        %host,
+                        "run by a live agent on another host: not running it here"
+                    );
+                    told = Some(other.clone());
+                }
+                _ => {}
+            }
+            tokio::select! {
+                changed = owned.changed() => if changed.is_err() { return },
+                hook = inbox.recv() => match hook {
+                    Some(_) => self.shared.pending.done(1),
+                    None => return,
+                },
+            }
+        }
+        if told.is_some() {
+            tracing::info!(unit = %self.unit, "taking the unit over: its owner's lease lapsed");
+        }
+        let loaded = loop {
+            match self.load().await {
+                Ok(loaded) => break loaded,
+                Err(StoreError::NotFound(_)) => {
+                    self.shared.forget(&self.unit);
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(unit = %self.unit, "loading its queue: {e}");
+                    tokio::time::sleep(self.config.leadership.retry_period).await;
+                }
+            }
+        };
+        // Counted as loaded now, before the count as waiting goes: never zero meanwhile.
+        self.shared.pending.add(loaded.0.len());
+        drop(waiting);
+        self.run(inbox, loaded, Some(owner)).await;
+    }
+
+    /// Runs the unit's agent with its leadership tracker; `owner`, if any, keeps renewing
+    /// the unit's ownership lease while it runs. The caller counted the loaded queue as
+    /// pending.
+    async fn run(
+        self,
+        inbox: mpsc::UnboundedReceiver<QueuedHook>,
+        (queue, elected_term): Loaded,
+        owner: Option<LeadershipTracker>,
+    ) {
+        let unit = self.unit.as_str();
+        let lease_store: Arc<dyn crate::store::LeaseStore> = self.shared.store.clone();
+        let tracker = match &self.config.metrics {
+            Some(metrics) => LeadershipTracker::spawn_measured(
+                lease_store,
+                app_of(unit),
+                &self.holder,
+                self.config.leadership.clone(),
+                self.seed,
+                metrics,
+            ),
+            None => LeadershipTracker::spawn(
+                lease_store,
+                app_of(unit),
+                &self.holder,
+                self.config.leadership.clone(),
+                self.seed,
+            ),
+        };
+        self.leadership
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(unit.to_string(), tracker.subscribe());
+        let agent = UnitAgent {
+            unit: unit.to_string(),
+            holder: self.holder.clone(),
+            executor: self.executor,
+            store: self.shared.store.clone(),
+            shared: self.shared.clone(),
+            inbox,
+            queue,
+            retry: self.config.retry.clone(),
+            leadership: self.config.leadership.clone(),
+            elected_term,
+            poll: self.config.poll_interval,
+            metrics: self.config.metrics.as_ref().map(|m| m.unit(app_of(unit))),
+            ownership: owner.as_ref().map(LeadershipTracker::subscribe),
+        };
+        agent.run(tracker).await;
+        // Dropped only now: ownership is renewed for as long as the agent runs.
+        drop(owner);
+    }
+}
+
 /// Runs the units of a model: one agent per unit, each with its hook queue and leadership
 /// tracker, over one store.
 pub struct Controller {
@@ -196,7 +366,11 @@ pub struct Controller {
     config: ControllerConfig,
     trackers: Mutex<BTreeMap<String, tokio::task::AbortHandle>>,
     executors: Mutex<BTreeMap<String, Arc<dyn HookExecutor>>>,
-    leadership: Mutex<BTreeMap<String, watch::Receiver<Leadership>>>,
+    leadership: Arc<Mutex<BTreeMap<String, watch::Receiver<Leadership>>>>,
+    /// The lease holder of each unit's running agent ([`charm_model::agent_holder`]).
+    holders: Mutex<BTreeMap<String, String>>,
+    /// This host's name, the first part of its agents' ids.
+    host: String,
     seed: u64,
     idle: watch::Receiver<usize>,
 }
@@ -222,7 +396,9 @@ impl Controller {
             shared,
             trackers: Mutex::new(BTreeMap::new()),
             executors: Mutex::new(BTreeMap::new()),
-            leadership: Mutex::new(BTreeMap::new()),
+            leadership: Arc::new(Mutex::new(BTreeMap::new())),
+            holders: Mutex::new(BTreeMap::new()),
+            host: config.host.clone().unwrap_or_else(default_host_name),
             seed: config.seed.unwrap_or_else(rand::random),
             config,
             idle,
@@ -426,7 +602,9 @@ impl Controller {
         Ok(units)
     }
 
-    /// Starts a unit's agent on the queue the store holds for it.
+    /// Starts a unit's agent on the queue the store holds for it. With
+    /// [`ControllerConfig::ownership`], the agent first claims the unit's ownership lease,
+    /// and runs nothing while another host's live agent holds it.
     async fn start_agent(
         &self,
         unit: &str,
@@ -450,69 +628,57 @@ impl Controller {
             }
             mailboxes.insert(unit.to_string(), tx);
         }
-        let loaded = async {
-            let queue: VecDeque<crate::agent::QueueEntry> = self
-                .shared
-                .store
-                .queued(unit)
-                .await?
-                .into_iter()
-                .map(Into::into)
-                .collect();
-            let elected_term = self.shared.store.snapshot(unit).await?.elected_term;
-            Ok::<_, StoreError>((queue, elected_term))
-        }
-        .await;
-        let (queue, elected_term) = match loaded {
-            Ok(loaded) => loaded,
-            Err(e) => {
-                // No agent: let a retry start it.
-                self.shared
-                    .mailboxes
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(unit);
-                return Err(e);
-            }
-        };
-        self.shared.pending.add(queue.len());
-        let lease_store: Arc<dyn crate::store::LeaseStore> = self.shared.store.clone();
-        let seed = self.seed ^ fnv1a(unit);
-        let tracker = match &self.config.metrics {
-            Some(metrics) => LeadershipTracker::spawn_measured(
-                lease_store,
-                app_of(unit),
-                unit,
-                self.config.leadership.clone(),
-                seed,
-                metrics,
-            ),
-            None => LeadershipTracker::spawn(
-                lease_store,
-                app_of(unit),
-                unit,
-                self.config.leadership.clone(),
-                seed,
-            ),
-        };
-        self.leadership
+        // A new agent id at every start: a restarted agent, or another host's agent of the
+        // same unit, never holds the unit's leases as this one.
+        let holder = agent_holder(
+            unit,
+            &format!("{}.{:08x}", self.host, rand::random::<u32>()),
+        );
+        self.holders
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(unit.to_string(), tracker.subscribe());
-        let agent = UnitAgent {
+            .insert(unit.to_string(), holder.clone());
+        let launch = Launch {
             unit: unit.to_string(),
+            holder,
             executor,
-            store: self.shared.store.clone(),
             shared: self.shared.clone(),
-            inbox,
-            queue,
-            retry: self.config.retry.clone(),
-            leadership: self.config.leadership.clone(),
-            elected_term,
-            poll: self.config.poll_interval,
-            metrics: self.config.metrics.as_ref().map(|m| m.unit(app_of(unit))),
+            config: self.config.clone(),
+            seed: self.seed ^ fnv1a(unit),
+            leadership: self.leadership.clone(),
         };
-        let task = tokio::spawn(agent.run(tracker));
+        let task = if self.config.ownership {
+            // Its stored queue counts as pending while it waits: a host run until idle
+            // does not call itself idle with its units' hooks not run.
+            let waiting = match self.shared.store.queued(unit).await {
+                Ok(queue) => queue.len(),
+                Err(e) => {
+                    self.shared.forget(unit);
+                    return Err(e);
+                }
+            };
+            self.shared.pending.add(waiting);
+            let owner = LeadershipTracker::spawn(
+                self.shared.store.clone(),
+                &ownership_lease(unit),
+                &launch.holder,
+                self.config.leadership.clone(),
+                launch.seed.rotate_left(1),
+            );
+            tokio::spawn(launch.when_owned(owner, inbox, waiting))
+        } else {
+            let loaded = match launch.load().await {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    // No agent: let a retry start it.
+                    self.shared.forget(unit);
+                    return Err(e);
+                }
+            };
+            // Counted before this returns, so that a caller waiting for idle waits for them.
+            self.shared.pending.add(loaded.0.len());
+            tokio::spawn(launch.run(inbox, loaded, None))
+        };
         self.trackers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -799,7 +965,7 @@ impl Controller {
     /// Stops every agent and gives up the leases its units hold, so other hosts' units
     /// take over without waiting for them to lapse.
     pub async fn release_leases(&self) {
-        let units: Vec<String> = self
+        let running: Vec<String> = self
             .trackers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -807,9 +973,27 @@ impl Controller {
             .cloned()
             .collect();
         self.shutdown();
-        for unit in units {
-            if let Err(e) = self.shared.store.release(app_of(&unit), &unit).await {
+        let holders = self
+            .holders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (unit, holder) in running
+            .iter()
+            .filter_map(|u| holders.get(u).map(|h| (u, h)))
+        {
+            if let Err(e) = self.shared.store.release(app_of(unit), holder).await {
                 tracing::warn!(%unit, "could not release the lease: {e}");
+            }
+            // Last, so that no other host runs the unit while this one still leads.
+            if self.config.ownership
+                && let Err(e) = self
+                    .shared
+                    .store
+                    .release(&ownership_lease(unit), holder)
+                    .await
+            {
+                tracing::warn!(%unit, "could not release its ownership: {e}");
             }
         }
     }

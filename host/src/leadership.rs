@@ -42,6 +42,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 
+use charm_model::holder_unit;
 use charm_model::leadership::{
     ClaimAnswer, after_answer, after_guarantee_end, guarantee_end, term_guarantee,
 };
@@ -138,22 +139,23 @@ pub type Leadership = charm_model::leadership::Leadership<Instant>;
 /// A handle on a unit's leadership task.
 pub struct LeadershipTracker {
     app: String,
-    unit: String,
+    holder: String,
     rx: watch::Receiver<Leadership>,
     task: JoinHandle<()>,
 }
 
 impl LeadershipTracker {
-    /// Starts claiming and renewing `app`'s lease for `unit` in the background.
-    /// `seed` seeds the retry jitter, so that a simulation replays exactly.
+    /// Starts claiming and renewing `app`'s lease for `holder` in the background: a unit's
+    /// agent ([`charm_model::agent_holder`]), or a bare unit name. `seed` seeds the retry
+    /// jitter, so that a simulation replays exactly.
     pub fn spawn(
         store: Arc<dyn LeaseStore>,
         app: &str,
-        unit: &str,
+        holder: &str,
         config: LeadershipConfig,
         seed: u64,
     ) -> Self {
-        Self::start(store, app, unit, config, seed, None)
+        Self::start(store, app, holder, config, seed, None)
     }
 
     /// [`spawn`](Self::spawn), counting renewals and leadership changes in `metrics`, which
@@ -161,18 +163,18 @@ impl LeadershipTracker {
     pub fn spawn_measured(
         store: Arc<dyn LeaseStore>,
         app: &str,
-        unit: &str,
+        holder: &str,
         config: LeadershipConfig,
         seed: u64,
         metrics: &HostMetrics,
     ) -> Self {
-        Self::start(store, app, unit, config, seed, Some(metrics))
+        Self::start(store, app, holder, config, seed, Some(metrics))
     }
 
     fn start(
         store: Arc<dyn LeaseStore>,
         app: &str,
-        unit: &str,
+        holder: &str,
         config: LeadershipConfig,
         seed: u64,
         metrics: Option<&HostMetrics>,
@@ -183,7 +185,7 @@ impl LeadershipTracker {
         let task = tokio::spawn(renew_loop(
             store,
             app.to_string(),
-            unit.to_string(),
+            holder.to_string(),
             config,
             tx,
             rng,
@@ -191,7 +193,7 @@ impl LeadershipTracker {
         ));
         LeadershipTracker {
             app: app.to_string(),
-            unit: unit.to_string(),
+            holder: holder.to_string(),
             rx,
             task,
         }
@@ -213,7 +215,7 @@ impl LeadershipTracker {
         let term = pinnable_term(&self.rx.borrow(), min_remaining)?;
         let fence = Fence {
             app: self.app.clone(),
-            holder: self.unit.clone(),
+            holder: self.holder.clone(),
             term,
         };
         let watch = Arc::new(TermGuarantee {
@@ -290,18 +292,19 @@ fn backoff(config: &LeadershipConfig, failures: u32, rng: &mut StdRng) -> Durati
 async fn renew_loop(
     store: Arc<dyn LeaseStore>,
     app: String,
-    unit: String,
+    holder: String,
     config: LeadershipConfig,
     tx: watch::Sender<Leadership>,
     mut rng: StdRng,
     metrics: Option<LeaseMetrics>,
 ) {
+    let unit = holder_unit(&holder).to_string();
     let mut failures = 0u32;
     loop {
         let sent_at = Instant::now();
         let answer = match timeout(
             config.request_timeout,
-            store.claim(&app, &unit, config.lease_duration),
+            store.claim(&app, &holder, config.lease_duration),
         )
         .await
         {

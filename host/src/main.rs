@@ -830,6 +830,8 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
         hosted_units: (!units.is_empty()).then_some(units),
         poll_interval,
         metrics: metrics.clone(),
+        // Hosts sharing the store may select the same units: one agent runs each.
+        ownership: true,
         ..Default::default()
     };
     let controller = Arc::new(Controller::new(store.clone(), margin, config)?);
@@ -877,8 +879,11 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
         controller.release_leases().await;
     }
     watching.abort();
-    controller.shutdown();
-    print_status(&store, format).await
+    let printed = print_status(&store, format).await;
+    // A clean stop: the next host to run these units (or this one, run again) has them at
+    // once, not after their leases lapse.
+    controller.release_leases().await;
+    printed
 }
 
 /// How often a running host looks for units added or removed while it runs.
@@ -1075,6 +1080,7 @@ async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {
                 json!({
                     "name": u.name,
                     "leader": u.leader,
+                    "host": u.host,
                     "status": u.status.kind.as_str(),
                     "message": u.status.message,
                     "workload_version": u.workload_version,
@@ -1128,6 +1134,7 @@ async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {
         "Unit".to_string(),
         "Workload".into(),
         "Leader".into(),
+        "Host".into(),
         "Version".into(),
         "Message".into(),
     ]];
@@ -1136,6 +1143,7 @@ async fn print_status(store: &Arc<dyn Store>, format: Format) -> Result<()> {
             u.name.clone(),
             u.status.kind.as_str().into(),
             if u.leader { "*".into() } else { String::new() },
+            u.host.clone().unwrap_or_else(|| "-".into()),
             u.workload_version.clone(),
             u.status.message.clone(),
         ]);

@@ -16,8 +16,8 @@ use charm_host::model::{
     StatusKind,
 };
 use charm_host::store::{
-    Claim, CommitError, CommitReceipt, Committed, Fence, Lease, LeaseStore, MemoryStore,
-    QueuedHook, SqliteStore, StateStore, Store, StoreError, module_hash, routing,
+    Claim, CommitError, CommitReceipt, Committed, Fence, HookCommit, HookRead, Lease, LeaseStore,
+    MemoryStore, QueuedHook, SqliteStore, StateStore, Store, StoreError, module_hash, routing,
 };
 use charm_model::limits;
 use serde_json::json;
@@ -1728,6 +1728,198 @@ async fn fenced_out_commit_keeps_its_hook_queued(store: &dyn Store) {
     );
 }
 
+/// A commit checked against what its hook read ([`HookCommit::read`]).
+fn checked<'a>(
+    unit: &'a str,
+    hook: Option<u64>,
+    changes: &'a Changes,
+    fence: Option<&'a Fence>,
+    read: &'a HookRead,
+) -> HookCommit<'a> {
+    HookCommit {
+        unit,
+        hook,
+        changes,
+        fence,
+        read: Some(read),
+        owner: None,
+    }
+}
+
+/// A change made between a hook's snapshot and its commit, the `n`th of the test.
+type ChangeUnderTheHook<'a> = Box<dyn Fn(u32) -> Changes + 'a>;
+
+async fn a_commit_whose_hook_read_changed_is_stale_and_applies_nothing(store: &dyn Store) {
+    let m = deploy(store).await;
+    drain(store, &ALL_UNITS).await;
+    let fence = hold(store, "web", "web/0", LONG).await;
+    let (web_db, peers) = (m.web_db.id, m.peers.id);
+    let counter = |n: &str| Changes {
+        leader_data: writes(&[("counter", Some(n))]),
+        stored: writes(&[("seen", Some(n))]),
+        ..Changes::default()
+    };
+    let spec = |n: u32| {
+        Arc::new(PodSpecWrite {
+            spec: json!({"containers": [{"name": "web", "n": n}]}),
+            k8s_resources: None,
+        })
+    };
+    // Each input of web/0's hooks, changed by another commit or by the operator between
+    // the hook's snapshot and its commit.
+    let changes_under_the_hook: Vec<(&str, ChangeUnderTheHook<'_>, &str)> = vec![
+        (
+            "leader data",
+            Box::new(|n| counter(&n.to_string())),
+            "web/0",
+        ),
+        (
+            "a remote unit's bag",
+            Box::new(move |n| Changes {
+                unit_bags: BTreeMap::from([(web_db, writes(&[("n", Some(&n.to_string()))]))]),
+                ..Changes::default()
+            }),
+            "db/0",
+        ),
+        (
+            "a peer's bag",
+            Box::new(move |n| Changes {
+                unit_bags: BTreeMap::from([(peers, writes(&[("n", Some(&n.to_string()))]))]),
+                ..Changes::default()
+            }),
+            "web/2",
+        ),
+        (
+            "its own stored state",
+            Box::new(|n| Changes {
+                stored: writes(&[("by-twin", Some(&n.to_string()))]),
+                ..Changes::default()
+            }),
+            "web/0",
+        ),
+        (
+            "the pod spec",
+            Box::new(move |n| Changes {
+                pod_spec: Some(spec(n)),
+                ..Changes::default()
+            }),
+            "web/0",
+        ),
+    ];
+    for (n, (what, change, by)) in changes_under_the_hook.iter().enumerate() {
+        let n = n as u32 + 1;
+        let seq = store
+            .enqueue(vec![on("web/0", Hook::UpdateStatus)])
+            .await
+            .unwrap()[0]
+            .seq;
+        let read = store.hook_read("web/0").await.unwrap();
+        let between = change(n);
+        let by_fence = (*by == "web/0").then_some(&fence);
+        store.commit(by, None, &between, by_fence).await.unwrap();
+        let before = store.hook_read("web/0").await.unwrap();
+
+        let late = counter("late");
+        let err = store
+            .commit_hook(checked("web/0", Some(seq), &late, Some(&fence), &read))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            CommitError::Stale {
+                unit: "web/0".into()
+            },
+            "{what}"
+        );
+        assert_eq!(
+            store.hook_read("web/0").await.unwrap(),
+            before,
+            "{what}: applied"
+        );
+        assert_eq!(store.queued("web/0").await.unwrap()[0].seq, seq, "{what}");
+
+        // Run again on fresh data, the hook commits.
+        let fresh = store.hook_read("web/0").await.unwrap();
+        store
+            .commit_hook(checked("web/0", Some(seq), &late, Some(&fence), &fresh))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.snapshot("web/0").await.unwrap().leader_data["counter"],
+            "late"
+        );
+        drain(store, &ALL_UNITS).await;
+    }
+
+    // The operator's config change is read too.
+    let read = store.hook_read("web/0").await.unwrap();
+    store
+        .set_config("web", texts(&[("greeting", "hey")]), vec![])
+        .await
+        .unwrap();
+    let err = store
+        .commit_hook(checked("web/0", None, &counter("cfg"), Some(&fence), &read))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CommitError::Stale { .. }), "config: {err:?}");
+}
+
+async fn what_a_hook_did_not_read_does_not_make_its_commit_stale(store: &dyn Store) {
+    let m = deploy(store).await;
+    drain(store, &ALL_UNITS).await;
+    let web = hold(store, "web", "web/0", LONG).await;
+    let db = hold(store, "db", "db/0", LONG).await;
+    let read = store.hook_read("web/0").await.unwrap();
+    // Another application's leader settings, a bag in a relation web is not in, another
+    // unit's stored state, and the unit's own log ring.
+    let elsewhere = [
+        (
+            "db/0",
+            Some(&db),
+            Changes {
+                leader_data: writes(&[("other", Some("1"))]),
+                ..Changes::default()
+            },
+        ),
+        (
+            "other/0",
+            None,
+            Changes {
+                unit_bags: BTreeMap::from([(m.other_db.id, writes(&[("n", Some("1"))]))]),
+                ..Changes::default()
+            },
+        ),
+        (
+            "web/1",
+            None,
+            Changes {
+                stored: writes(&[("n", Some("1"))]),
+                ..Changes::default()
+            },
+        ),
+    ];
+    for (unit, fence, changes) in &elsewhere {
+        store.commit(unit, None, changes, *fence).await.unwrap();
+    }
+    let line = LogRecord {
+        seq: 0,
+        unit: "web/0".into(),
+        hook: "update-status".into(),
+        at_ms: 0,
+        level: "info".into(),
+        message: "hello".into(),
+    };
+    store.record_logs("web/0", vec![line]).await.unwrap();
+    store
+        .commit_hook(checked("web/0", None, &leader_hook(&m), Some(&web), &read))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.snapshot("web/0").await.unwrap().leader_data["secret"],
+        "s3cret"
+    );
+}
+
 async fn elected_term_round_trips(store: &dyn Store) {
     deploy(store).await;
     assert_eq!(store.snapshot("web/0").await.unwrap().elected_term, None);
@@ -2943,6 +3135,8 @@ contract! {
     committing_a_queued_hook_applies_it_once,
     commits_queue_the_hooks_they_fire,
     fenced_out_commit_keeps_its_hook_queued,
+    a_commit_whose_hook_read_changed_is_stale_and_applies_nothing,
+    what_a_hook_did_not_read_does_not_make_its_commit_stale,
     elected_term_round_trips,
     set_config_checks_types_and_fires_config_changed,
     refused_changes_change_nothing,

@@ -103,6 +103,9 @@ fn killed_at_random_moments_the_host_loses_nothing_and_applies_nothing_twice() {
                     "json",
                 ])
                 .args(["--store", &store_arg])
+                // A killed run's units are taken over once their leases lapse: short ones.
+                .args(["--lease-duration", "3", "--renew-interval", "0.5"])
+                .args(["--retry-period", "0.25", "--drift-margin", "1.5"])
                 .env("RUST_LOG", "charm_host::agent=debug")
                 .stdout(Stdio::piped())
                 .stderr(std::fs::File::create(&log_path).unwrap())

@@ -15,7 +15,7 @@ use charm_host::model::{
     ApplicationRecord, Changes, CharmMetadata, EndpointMeta, RelationEndpoint, RelationId,
     RelationRole, UnitSnapshot,
 };
-use charm_host::store::{Claim, Fence, MeteredStore, Store};
+use charm_host::store::{Claim, Fence, HookCommit, MeteredStore, Store};
 use tokio::runtime::Runtime;
 
 /// The compiled guests: the discourse charm and the empty charm (the floor).
@@ -215,6 +215,41 @@ pub fn full_hook(rt: &Runtime, store: &dyn Store, charm: &Charm, unit: &Unit) ->
     rt.block_on(store.commit(&unit.name, None, &run.changes, Some(&unit.fence)))
         .expect("the commit is accepted");
     set_spec
+}
+
+/// [`full_hook`] as a unit's agent runs it now: the hook's read set taken with its
+/// snapshot, and the commit checked against it and against the unit's ownership lease,
+/// which `unit`'s fence holder must hold ([`own`]). Returns whether it set a pod spec.
+#[allow(dead_code)] // Not every bench that shares this module runs it.
+pub fn checked_full_hook(rt: &Runtime, store: &dyn Store, charm: &Charm, unit: &Unit) -> bool {
+    let read = rt.block_on(store.hook_read(&unit.name)).unwrap();
+    let run = charm.run_hook(
+        read.snapshot.clone(),
+        Some(unit.fence.clone()),
+        None,
+        &unit.event,
+    );
+    debug_assert_eq!(run.outcome, charm_host::charm::HookOutcome::Succeeded);
+    let set_spec = run.changes.pod_spec.is_some();
+    let commit = HookCommit {
+        unit: &unit.name,
+        hook: None,
+        changes: &run.changes,
+        fence: Some(&unit.fence),
+        read: Some(&read),
+        owner: Some(&unit.fence.holder),
+    };
+    rt.block_on(store.commit_hook(commit))
+        .expect("the commit is accepted");
+    set_spec
+}
+
+/// Claims `unit`'s ownership lease for its fence's holder, for [`checked_full_hook`].
+#[allow(dead_code)] // Not every bench that shares this module runs it.
+pub fn own(rt: &Runtime, store: &dyn Store, unit: &Unit) {
+    let lease = charm_host::model::ownership_lease(&unit.name);
+    let claim = rt.block_on(store.claim(&lease, &unit.fence.holder, Duration::from_secs(3600)));
+    assert!(matches!(claim, Ok(Claim::Held(_))), "{claim:?}");
 }
 
 /// `store` with its requests measured, as `run --metrics-addr` wraps it.

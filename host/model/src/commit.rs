@@ -5,9 +5,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CommitError, not_found};
 use crate::operations::{enqueue, units_by_app};
-use crate::records::{Changes, Hook, LeaseHolder, QueuedHook, RelationId, app_of};
+use crate::records::{
+    Changes, Hook, LeaseHolder, QueuedHook, RelationId, app_of, holder_unit, ownership_lease,
+};
 use crate::removal::{finish_unit, reap_relation};
 use crate::routing::follow_ups;
+use crate::snapshot::{HookRead, hook_read};
 use crate::tx::{BagOwner, ElectedTerm, ModelTx, UnitUpdate};
 
 /// The leadership a commit depends on: the application's lease must still have this holder
@@ -16,7 +19,8 @@ use crate::tx::{BagOwner, ElectedTerm, ModelTx, UnitUpdate};
 pub struct Fence {
     /// The application.
     pub app: String,
-    /// The unit that was leader when the hook started.
+    /// The lease holder (the unit's agent, [`crate::agent_holder`]) that led when the hook
+    /// started.
     pub holder: String,
     /// The lease's term then.
     pub term: u64,
@@ -25,7 +29,7 @@ pub struct Fence {
 impl Fence {
     /// Whether a commit of `unit` may pass this fence while `lease` is the application's
     /// unexpired lease: the fence is the unit's own, for its application, and the lease
-    /// still has the fence's holder and term.
+    /// still has the fence's holder (the same agent of the unit) and term.
     ///
     /// ```
     /// use charm_model::{Fence, LeaseHolder};
@@ -37,10 +41,15 @@ impl Fence {
     /// assert!(!fence.admits("db/0", lease("db/1", 3).as_ref()), "another holder");
     /// assert!(!fence.admits("db/0", None), "the lease lapsed");
     /// assert!(!fence.admits("db/1", lease("db/0", 3).as_ref()), "another unit's fence");
+    ///
+    /// // Two agents of one unit are two holders.
+    /// let fence = Fence { app: "db".into(), holder: "db/0#a".into(), term: 3 };
+    /// assert!(fence.admits("db/0", lease("db/0#a", 3).as_ref()));
+    /// assert!(!fence.admits("db/0", lease("db/0#b", 3).as_ref()), "the unit's other agent");
     /// ```
     pub fn admits(&self, unit: &str, lease: Option<&LeaseHolder>) -> bool {
         self.app == app_of(unit)
-            && self.holder == unit
+            && holder_unit(&self.holder) == unit
             && lease.is_some_and(|l| l.holder == self.holder && l.term == self.term)
     }
 }
@@ -80,12 +89,22 @@ pub struct HookCommit<'a> {
     pub changes: &'a Changes,
     /// The leadership the hook ran under, if it ran as leader.
     pub fence: Option<&'a Fence>,
+    /// What the hook read; the commit is refused ([`CommitError::Stale`]) unless the
+    /// store still holds the same. `None`: not checked (hooks the host writes for itself).
+    pub read: Option<&'a HookRead>,
+    /// The agent that ran the hook as the unit's owner ([`crate::ownership_lease`]); the
+    /// commit is refused ([`CommitError::NotOwner`]) unless it still holds the unit's
+    /// ownership lease. `None`: not checked (hosts that do not claim units).
+    pub owner: Option<&'a str>,
 }
 
 /// Applies one hook's writes in the step `tx`: if it has a fence, only while the
 /// application's lease still has its holder and term; leader-only writes without a fence
 /// are refused. All or nothing: every check comes before the first write, and a store
 /// error after it makes the store abandon the step.
+///
+/// What the hook read must be what the store holds now ([`HookRead`]): no write lands on
+/// data the hook did not see ([`CommitError::Stale`]).
 ///
 /// In the same step the hook leaves its unit's queue, and must still be in it, so a commit
 /// applies at most once ([`CommitError::NotQueued`]); the leader-elected record is set, or,
@@ -103,6 +122,8 @@ pub fn commit<T: ModelTx + ?Sized>(
         hook,
         changes,
         fence,
+        read,
+        owner,
     } = request;
     let app = app_of(unit);
     crate::limits::check(&changes.into())?;
@@ -115,6 +136,16 @@ pub fn commit<T: ModelTx + ?Sized>(
         }
         None if changes.needs_fence() => return Err(CommitError::Unfenced),
         _ => {}
+    }
+    if let Some(owner) = owner
+        && tx
+            .live_lease(&ownership_lease(unit))?
+            .is_none_or(|l| l.holder != owner)
+    {
+        return Err(CommitError::NotOwner {
+            unit: unit.to_string(),
+            holder: owner.to_string(),
+        });
     }
     // A unit writes only its application's bags, in relations it is in; those relations
     // route the follow-ups.
@@ -134,6 +165,16 @@ pub fn commit<T: ModelTx + ?Sized>(
                 seq,
             });
         }
+    }
+    // Last of the checks: a hook committed already is refused as such above, not rerun.
+    if let Some(read) = read
+        && hook_read(tx, &read.snapshot.model, unit)? != *read
+    {
+        return Err(CommitError::Stale {
+            unit: unit.to_string(),
+        });
+    }
+    if let Some(seq) = hook {
         tx.dequeue(unit, seq)?;
     }
 

@@ -79,6 +79,23 @@ pub enum CommitError {
         /// The hook's sequence number.
         seq: u64,
     },
+    /// What the hook read changed since its snapshot ([`crate::snapshot::HookRead`]):
+    /// another commit came between. Its writes would land on data it did not see, so none
+    /// applies; the hook runs again on fresh data.
+    #[error("what the hook of {unit} read changed since its snapshot")]
+    Stale {
+        /// The unit.
+        unit: String,
+    },
+    /// The unit's ownership lease has another holder, or lapsed: another agent may run
+    /// the unit now, so this one applies nothing.
+    #[error("{holder} no longer owns {unit}")]
+    NotOwner {
+        /// The unit.
+        unit: String,
+        /// The agent that committed ([`crate::agent_holder`]).
+        holder: String,
+    },
     /// The hook's writes exceed a limit ([`crate::limits`]).
     #[error("the hook's writes exceed a limit: {0}")]
     Limit(#[from] crate::limits::LimitError),
@@ -88,13 +105,15 @@ pub enum CommitError {
 }
 
 impl CommitError {
-    /// Its kind, in a word (a metric's label): `fenced`, `not-queued`, or the store
+    /// Its kind, in a word (a metric's label): `fenced`, `not-queued`, `stale`, or the store
     /// error's ([`StoreError::kind`]).
     pub fn kind(&self) -> &'static str {
         match self {
             CommitError::Fenced { .. } => "fenced",
             CommitError::Unfenced => "unfenced",
             CommitError::NotQueued { .. } => "not-queued",
+            CommitError::Stale { .. } => "stale",
+            CommitError::NotOwner { .. } => "not-owner",
             CommitError::Limit(_) => "limit",
             CommitError::Store(e) => e.kind(),
         }

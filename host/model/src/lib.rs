@@ -35,5 +35,6 @@ pub mod upgrade;
 pub use commit::{CommitReceipt, Committed, Fence, HookCommit};
 pub use error::{CommitError, StoreError};
 pub use records::*;
+pub use snapshot::HookRead;
 pub use status::{AppStatusRow, ModelStatus, UnitStatusRow};
 pub use tx::ModelTx;

@@ -698,10 +698,65 @@ pub struct UnitRecord {
 /// Who holds an application's unexpired lease, as a store reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseHolder {
-    /// The holding unit.
+    /// The holding agent ([`agent_holder`]), or a bare unit name.
     pub holder: String,
     /// The lease's term.
     pub term: u64,
+}
+
+impl LeaseHolder {
+    /// The unit whose agent holds it ([`holder_unit`]).
+    pub fn unit(&self) -> &str {
+        holder_unit(&self.holder)
+    }
+}
+
+/// The lease holder naming one agent of `unit`: `unit#agent`. Two agents of one unit (a
+/// restart, or a second host selecting the same unit) hold leases as different holders,
+/// so they never share a term.
+///
+/// ```
+/// use charm_model::{agent_holder, holder_unit};
+///
+/// let holder = agent_holder("db/0", "host-a:41.9f3c");
+/// assert_eq!(holder, "db/0#host-a:41.9f3c");
+/// assert_eq!(holder_unit(&holder), "db/0");
+/// assert_eq!(holder_unit("db/0"), "db/0", "a bare unit name holds as itself");
+/// ```
+pub fn agent_holder(unit: &str, agent: &str) -> String {
+    format!("{unit}#{agent}")
+}
+
+/// The unit a lease holder acts for: the part of [`agent_holder`] before `#`.
+pub fn holder_unit(holder: &str) -> &str {
+    holder.split_once('#').map_or(holder, |(unit, _)| unit)
+}
+
+/// The lease that says which agent owns `unit`: only the agent holding it runs the unit's
+/// hooks, and a commit of the unit's hook made under ownership is refused once another
+/// agent holds it ([`crate::commit::HookCommit::owner`]). It lives among the applications'
+/// leases under a name no application can take (application names have no `:`).
+///
+/// ```
+/// assert_eq!(charm_model::ownership_lease("db/0"), "unit-owner:db/0");
+/// ```
+pub fn ownership_lease(unit: &str) -> String {
+    format!("unit-owner:{unit}")
+}
+
+/// The host an agent id names: an agent id is `host.nonce` (the host's name, then a
+/// number drawn at the agent's start).
+///
+/// ```
+/// assert_eq!(charm_model::agent_host("node-1.example:812.00c0ffee"), "node-1.example:812");
+/// ```
+pub fn agent_host(agent: &str) -> &str {
+    agent.rsplit_once('.').map_or(agent, |(host, _)| host)
+}
+
+/// The agent part of a lease holder ([`agent_holder`]), if it has one.
+pub fn holder_agent(holder: &str) -> Option<&str> {
+    holder.split_once('#').map(|(_, agent)| agent)
 }
 
 /// A hook waiting in a unit's queue. Queues are in the store, so a host that crashes loses

@@ -260,7 +260,7 @@ pub fn finish_unit<T: ModelTx + ?Sized>(tx: &mut T, unit: &str) -> Result<(), St
     let app = app_of(unit);
     if tx
         .live_lease(app)?
-        .is_some_and(|lease| lease.holder == unit)
+        .is_some_and(|lease| lease.unit() == unit)
     {
         tx.release_lease(app)?;
     }

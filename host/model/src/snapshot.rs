@@ -77,6 +77,31 @@ pub fn snapshot<T: ModelTx + ?Sized>(
     })
 }
 
+/// What a hook read: its unit's snapshot and its application's pod spec revision. Its
+/// commit checks, in the commit's own atomic step, that the store would read the same now
+/// ([`crate::commit::commit`]): only the unit's own inputs, so that a busy model's other
+/// units do not make its commits conflict.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HookRead {
+    /// The snapshot the hook ran on.
+    pub snapshot: UnitSnapshot,
+    /// The application's pod spec revision then.
+    pub pod_spec_revision: Option<u64>,
+}
+
+/// What a hook of `unit` reads, as `tx` has it ([`snapshot`], and the pod spec revision).
+pub fn hook_read<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    model: &str,
+    unit: &str,
+) -> Result<HookRead, StoreError> {
+    let snapshot = snapshot(tx, model, unit)?;
+    Ok(HookRead {
+        snapshot,
+        pod_spec_revision: tx.pod_spec_revision(app_of(unit))?,
+    })
+}
+
 /// A unit as `charm-host show-unit` shows it: what its hooks see, and its agent's state.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct UnitDetails {
@@ -110,7 +135,7 @@ pub fn unit_details<T: ModelTx + ?Sized>(
         workload_version: record.workload_version,
         hook_error: record.hook_error,
         dying: tx.dying_units(app)?.iter().any(|u| u == unit),
-        leader: tx.live_lease(app)?.is_some_and(|l| l.holder == unit),
+        leader: tx.live_lease(app)?.is_some_and(|l| l.unit() == unit),
         queued: tx.queued_hooks(unit)?.unwrap_or_default(),
     })
 }

@@ -13,6 +13,9 @@ pub struct UnitStatusRow {
     pub name: String,
     /// Whether it holds its application's lease now.
     pub leader: bool,
+    /// The host whose agent runs it, as its ownership lease says
+    /// ([`crate::ownership_lease`]); `None` while no live agent owns it.
+    pub host: Option<String>,
     /// Its workload status (an error status while a hook is failing).
     pub status: Status,
     /// Its workload version.
@@ -54,7 +57,12 @@ pub fn status<T: ModelTx + ?Sized>(tx: &mut T) -> Result<ModelStatus, StoreError
         for unit in tx.units_of(&name)? {
             let record = tx.unit(&unit)?.unwrap_or_default();
             status.units.push(UnitStatusRow {
-                leader: lease.as_ref().is_some_and(|l| l.holder == unit),
+                leader: lease.as_ref().is_some_and(|l| l.unit() == unit),
+                host: tx.live_lease(&crate::ownership_lease(&unit))?.map(|l| {
+                    crate::holder_agent(&l.holder)
+                        .map_or(l.holder.as_str(), crate::agent_host)
+                        .to_string()
+                }),
                 status: match record.hook_error {
                     Some(e) => Status::new(StatusKind::Error, e),
                     None => record.status,
@@ -66,7 +74,7 @@ pub fn status<T: ModelTx + ?Sized>(tx: &mut T) -> Result<ModelStatus, StoreError
         status.applications.push(AppStatusRow {
             status: tx.app_view(&name)?.unwrap_or_default().status,
             pod_spec_revision: tx.pod_spec_revision(&name)?,
-            leader: lease.as_ref().map(|l| l.holder.clone()),
+            leader: lease.as_ref().map(|l| l.unit().to_string()),
             term: lease.map(|l| l.term),
             name,
             charm,

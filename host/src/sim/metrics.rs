@@ -81,7 +81,8 @@ impl Metrics {
         at.saturating_duration_since(self.start).as_secs_f64()
     }
 
-    fn index(inner: &Inner, unit: &str) -> usize {
+    fn index(inner: &Inner, holder: &str) -> usize {
+        let unit = charm_model::holder_unit(holder);
         inner
             .units
             .iter()

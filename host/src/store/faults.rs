@@ -352,7 +352,9 @@ impl LeaseStore for FaultyStore {
             let sent_at = Instant::now();
             // The store counts the lease on its own clock; a faster store clock is a
             // shorter lease in the claimant's time.
-            let drift = self.plan.drift.get(holder).copied().unwrap_or(0.0);
+            let drift = (self.plan.drift.get(charm_model::holder_unit(holder)))
+                .copied()
+                .unwrap_or(0.0);
             let store_duration = ttl.mul_f64((1.0 - drift).max(0.0));
             let apply = || async {
                 let claim = self.inner.claim(app, holder, store_duration).await?;

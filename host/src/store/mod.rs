@@ -23,8 +23,8 @@ pub use metered::MeteredStore;
 pub use sqlite::SqliteStore;
 pub use state::{
     AppRemoval, AppStatusRow, CommitError, CommitFuture, CommitReceipt, Committed, ConfigApplied,
-    Deployed, Fence, HookCommit, ModelStatus, Records, StateStore, Step, StepOp, StoreError,
-    StoreFuture, UnitDetails, UnitStatusRow, Upgraded, Verdict, module_hash,
+    Deployed, Fence, HookCommit, HookRead, ModelStatus, Records, StateStore, Step, StepOp,
+    StoreError, StoreFuture, UnitDetails, UnitStatusRow, Upgraded, Verdict, module_hash,
 };
 
 use std::future::Future;

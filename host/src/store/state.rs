@@ -18,7 +18,9 @@ use charm_model::{
     PodSpecRecord, QueuedHook, RelationEndpoint, RelationRecord, UnitSnapshot, actions, app_of,
     commit, config, operations, removal, snapshot, status, upgrade,
 };
-pub use charm_model::{CommitError, CommitReceipt, Committed, Fence, HookCommit, StoreError};
+pub use charm_model::{
+    CommitError, CommitReceipt, Committed, Fence, HookCommit, HookRead, StoreError,
+};
 
 /// The answer of a model operation, to come.
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
@@ -596,6 +598,29 @@ pub trait StateStore: Send + Sync {
         })
     }
 
+    /// What a hook of `unit` reads, as of now: its snapshot and what its commit checks
+    /// is unchanged ([`charm_model::snapshot::hook_read`], [`HookCommit::read`]).
+    fn hook_read<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, HookRead> {
+        Box::pin(async move {
+            let app = app_of(unit);
+            let model = self.model_name();
+            let reads = [
+                Records::Unit(unit),
+                Records::Apps,
+                Records::Relations,
+                Records::LeaderData(app),
+                Records::AppStatus(app),
+                Records::PodSpec(app),
+            ];
+            run(
+                self,
+                Step::read("hook_read", "snapshot of", unit, &reads),
+                |tx| snapshot::hook_read(tx, model, unit),
+            )
+            .await
+        })
+    }
+
     /// Applies one hook's writes for `unit` in one atomic step, as
     /// [`charm_model::commit::commit`] says: fenced, all or nothing, at most once, with the
     /// hooks the changes fire queued in the same step.
@@ -611,6 +636,8 @@ pub trait StateStore: Send + Sync {
             hook,
             changes,
             fence,
+            read: None,
+            owner: None,
         })
     }
 
@@ -619,6 +646,8 @@ pub trait StateStore: Send + Sync {
         Box::pin(async move {
             let unit = request.unit;
             let app = app_of(unit);
+            let owner_lease = charm_model::ownership_lease(unit);
+            let owned = [Records::Lease(&owner_lease)];
             let reads = [
                 Records::Unit(unit),
                 Records::Queue(unit),
@@ -627,8 +656,13 @@ pub trait StateStore: Send + Sync {
                 Records::LeaderData(app),
                 Records::PodSpec(app),
                 Records::Lease(app),
+                Records::AppStatus(app),
                 Records::BagsWritten(request.changes, unit),
             ];
+            let reads: Vec<Records<'_>> = match request.owner {
+                Some(_) => reads.iter().chain(&owned).copied().collect(),
+                None => reads.to_vec(),
+            };
             run(
                 self,
                 Step::write("commit", "commit of", unit, &reads),

@@ -65,6 +65,24 @@ impl Charm for Probe {
             model.stored().set("total-b", &(total + 1))?;
             return Ok(());
         }
+        if mode == "counter" {
+            // The leader counts every hook it runs in its leader data and publishes the
+            // count in its pod spec: an update lost between two agents of one unit shows
+            // as a count short of the leader hooks that committed.
+            if model.is_leader() {
+                let counter: u64 = model
+                    .leader_data()
+                    .get("counter")
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0);
+                let next = (counter + 1).to_string();
+                model.leader_data().set("counter", &next)?;
+                model.pod().set_spec(&PodSpec::new().container(
+                    charm_sdk::Container::new("probe", "busybox").env("COUNTER", &next),
+                ))?;
+            }
+            return Ok(());
+        }
         if mode == "log" {
             // Through the log import, and on stdout and stderr.
             charm_sdk::log::info(&format!("handling {}", event.hook_name()));
