@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use charm_model::leadership::hook_may_continue;
 use tokio::sync::mpsc;
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tracing::Instrument;
 
 use crate::bindings::types as wit;
@@ -290,6 +290,9 @@ impl UnitAgent {
         let mut failures = 0u32;
         let mut transient_failures = 0u32;
         let mut ownership = self.ownership.clone();
+        // A deadline, not a sleep started anew at every wake-up: the leases' renewals wake
+        // an idle agent more often than it polls, and must not put the poll off for ever.
+        let mut next_poll = self.poll.map(|every| Instant::now() + every);
         loop {
             if let Some(owned) = &ownership
                 && !matches!(*owned.borrow(), Leadership::Leader { .. })
@@ -336,7 +339,7 @@ impl UnitAgent {
                 tracker.stop();
             }
             let Some(QueueEntry { seq, hook }) = self.queue.front().cloned() else {
-                let poll = self.poll;
+                let poll_at = next_poll;
                 let woken = signal.clone();
                 tokio::select! {
                     hook = self.inbox.recv() => match hook {
@@ -354,11 +357,14 @@ impl UnitAgent {
                     } => {}
                     // Hooks queued by another host sharing the store reach no mailbox here.
                     _ = async move {
-                        match poll {
-                            Some(every) => sleep(every).await,
+                        match poll_at {
+                            Some(at) => sleep_until(at).await,
                             None => std::future::pending().await,
                         }
-                    } => self.poll_store().await,
+                    } => {
+                        self.poll_store().await;
+                        next_poll = self.poll.map(|every| Instant::now() + every);
+                    }
                     _ = async move {
                         match woken {
                             Some(signal) => signal.notified().await,

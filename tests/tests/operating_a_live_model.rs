@@ -26,7 +26,7 @@ fn host(bin: &Path, bundle: &Path, store: &str, units: &str, log: &Path) -> Chil
             "--drift-margin",
             "1.5",
         ])
-        .env("RUST_LOG", "charm_host=info")
+        .env("RUST_LOG", "charm_host=info,charm_host::agent=debug")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
