@@ -303,18 +303,13 @@ impl Launch {
         // Counted as loaded now, before the count as waiting goes: never zero meanwhile.
         self.shared.pending.add(loaded.0.len());
         drop(waiting);
-        self.run(inbox, loaded, Some(owner)).await;
+        let tracker = self.tracker();
+        self.run(tracker, inbox, loaded, Some(owner)).await;
     }
 
-    /// Runs the unit's agent with its leadership tracker; `owner`, if any, keeps renewing
-    /// the unit's ownership lease while it runs. The caller counted the loaded queue as
-    /// pending.
-    async fn run(
-        self,
-        inbox: mpsc::UnboundedReceiver<QueuedHook>,
-        (queue, elected_term): Loaded,
-        owner: Option<LeadershipTracker>,
-    ) {
+    /// Starts the unit's leadership tracker, and lists it for
+    /// [`Controller::leadership`] at once (before the agent's task first runs).
+    fn tracker(&self) -> LeadershipTracker {
         let unit = self.unit.as_str();
         let lease_store: Arc<dyn crate::store::LeaseStore> = self.shared.store.clone();
         let tracker = match &self.config.metrics {
@@ -338,6 +333,20 @@ impl Launch {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(unit.to_string(), tracker.subscribe());
+        tracker
+    }
+
+    /// Runs the unit's agent with its leadership tracker; `owner`, if any, keeps renewing
+    /// the unit's ownership lease while it runs. The caller counted the loaded queue as
+    /// pending.
+    async fn run(
+        self,
+        tracker: LeadershipTracker,
+        inbox: mpsc::UnboundedReceiver<QueuedHook>,
+        (queue, elected_term): Loaded,
+        owner: Option<LeadershipTracker>,
+    ) {
+        let unit = self.unit.as_str();
         let agent = UnitAgent {
             unit: unit.to_string(),
             holder: self.holder.clone(),
@@ -677,7 +686,8 @@ impl Controller {
             };
             // Counted before this returns, so that a caller waiting for idle waits for them.
             self.shared.pending.add(loaded.0.len());
-            tokio::spawn(launch.run(inbox, loaded, None))
+            let tracker = launch.tracker();
+            tokio::spawn(launch.run(tracker, inbox, loaded, None))
         };
         self.trackers
             .lock()

@@ -47,6 +47,7 @@ const OPERATIONS: &[&str] = &[
     "queued",
     "relations",
     "snapshot",
+    "hook_read",
     "set_hook_error",
     "pod_spec",
     "status",
