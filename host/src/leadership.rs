@@ -30,6 +30,8 @@
 //! (client-go's renew deadline, so a 5 s margin), renewal every 2 s (client-go's retry
 //! period), 1 s request timeout and retry cap (2 + 1 + 1 <= 5). A crashed leader is
 //! replaced within D plus one retry period (16 s): followers poll every `retry_period`.
+//! On etcd they watch the lease instead ([`LeaseStore::lease_signal`]): its key goes when
+//! the lease is released or lapses, and they claim within a tenth of a retry period.
 //! Juju grants 60 s and guarantees 30 s, which tolerates longer outages but fails over
 //! four times more slowly; pass `--lease-duration 60 --drift-margin 30` for that trade.
 
@@ -40,7 +42,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep_until, timeout, timeout_at};
+use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 
 use charm_model::holder_unit;
 use charm_model::leadership::{
@@ -300,7 +302,14 @@ async fn renew_loop(
 ) {
     let unit = holder_unit(&holder).to_string();
     let mut failures = 0u32;
+    // Where the store watches leases, a follower waits for the lease to go instead of
+    // polling for it, with one claim a lease's length apart in case a wake-up is lost.
+    let mut gone = store.clone().lease_signal(&app);
     loop {
+        if let Some(gone) = &mut gone {
+            // Seen as of this claim: a lease that goes from now on wakes the wait below.
+            gone.borrow_and_update();
+        }
         let sent_at = Instant::now();
         let answer = match timeout(
             config.request_timeout,
@@ -344,7 +353,11 @@ async fn renew_loop(
                         m.leadership_changed();
                     }
                 }
-                let next = now + config.retry_period.mul_f64(rng.random_range(0.75..=1.0));
+                let poll = match gone {
+                    Some(_) => config.lease_duration,
+                    None => config.retry_period,
+                };
+                let next = now + poll.mul_f64(rng.random_range(0.75..=1.0));
                 (ClaimAnswer::Denied { holder }, Duration::ZERO, next)
             }
             Err(LeaseError::Unavailable(why)) => {
@@ -360,6 +373,7 @@ async fn renew_loop(
                 (ClaimAnswer::Unavailable, Duration::ZERO, next)
             }
         };
+        let denied = matches!(answer, ClaimAnswer::Denied { .. });
         tx.send_if_modified(|l| {
             let new = after_answer(l, answer, sent_at, guarantee);
             let changed = *l != new;
@@ -385,7 +399,24 @@ async fn renew_loop(
                 }
                 sleep_until(next).await;
             }
-            _ => sleep_until(next).await,
+            _ => match &mut gone {
+                Some(gone) if denied => {
+                    tokio::select! {
+                        _ = sleep_until(next) => {}
+                        changed = gone.changed() => {
+                            if changed.is_ok() {
+                                // Followers on every host hear it at once: spread their
+                                // claims a little, so most find the new holder's key.
+                                let spread = config.retry_period / 10;
+                                sleep(spread.mul_f64(rng.random_range(0.0..=1.0))).await;
+                            } else {
+                                sleep_until(next).await;
+                            }
+                        }
+                    }
+                }
+                _ => sleep_until(next).await,
+            },
         }
     }
 }

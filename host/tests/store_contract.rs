@@ -3274,6 +3274,71 @@ mod etcd_only {
         assert_eq!(hold(&store, "web", "web/0", LONG).await, fence);
     }
 
+    /// Another host's store tells the lease's followers when it goes: released by its
+    /// holder, and lapsed (its etcd lease not kept alive).
+    #[tokio::test]
+    async fn followers_hear_a_lease_go_when_released_and_when_it_lapses() {
+        let server = EtcdServer::start();
+        let a = Arc::new(open(&server, "m").await);
+        let b = Arc::new(open(&server, "m").await);
+        let mut gone = b.clone().lease_signal("web").expect("etcd watches leases");
+        hold(a.as_ref(), "web", "web/0", LONG).await;
+        assert!(matches!(
+            b.claim("web", "web/1", LONG).await.unwrap(),
+            Claim::Denied { .. }
+        ));
+        gone.borrow_and_update();
+        a.release("web", "web/0").await.unwrap();
+        tokio::time::timeout(Duration::from_secs(20), gone.changed())
+            .await
+            .expect("the release is heard")
+            .unwrap();
+        // Held for a second and never renewed: etcd lets it lapse and deletes its key.
+        hold(b.as_ref(), "web", "web/1", Duration::from_secs(1)).await;
+        let mut gone_at_a = a.clone().lease_signal("web").unwrap();
+        gone_at_a.borrow_and_update();
+        tokio::time::timeout(Duration::from_secs(20), gone_at_a.changed())
+            .await
+            .expect("the lapse is heard")
+            .unwrap();
+        assert!(matches!(
+            a.claim("web", "web/0", LONG).await.unwrap(),
+            Claim::Held(_)
+        ));
+    }
+
+    /// A follower's tracker on etcd takes a released lease over at once, not at its next
+    /// poll (which, with the watch, comes only a lease's length after its last claim).
+    #[tokio::test]
+    async fn a_follower_takes_a_released_lease_over_without_waiting_for_its_poll() {
+        use charm_host::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
+        let server = EtcdServer::start();
+        let store: Arc<dyn Store> = Arc::new(open(&server, "m").await);
+        hold(store.as_ref(), "web", "web/0", LONG).await;
+        // A 2-minute lease: a follower polling would next claim 90 s or more from now.
+        let config = LeadershipConfig {
+            lease_duration: Duration::from_secs(120),
+            drift_margin: Duration::from_secs(60),
+            ..LeadershipConfig::default()
+        };
+        let follower = LeadershipTracker::spawn(store.clone(), "web", "web/1", config, 7);
+        let mut seen = follower.subscribe();
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            seen.wait_for(|l| matches!(l, Leadership::Follower { leader: Some(_) })),
+        )
+        .await
+        .expect("the follower claims once")
+        .unwrap();
+        store.release("web", "web/0").await.unwrap();
+        let took_over = tokio::time::timeout(
+            Duration::from_secs(30),
+            seen.wait_for(|l| matches!(l, Leadership::Leader { .. })),
+        )
+        .await;
+        assert!(took_over.is_ok(), "the follower did not hear the release");
+    }
+
     /// Two stores on one etcd stand for two hosts.
     #[tokio::test]
     async fn two_hosts_contend_for_one_lease_and_see_each_others_hooks() {

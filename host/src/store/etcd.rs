@@ -62,7 +62,7 @@ use etcd_client::{
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use charm_model::error::not_found;
 use charm_model::tx::{
@@ -216,6 +216,9 @@ pub struct EtcdStore {
     /// Wake-ups for agents idle on a unit's queue, by unit.
     signals: Mutex<HashMap<String, Arc<Notify>>>,
     watching: OnceLock<()>,
+    /// What followers of each lease watch, by lease name: bumped when its key goes.
+    lease_signals: Mutex<HashMap<String, watch::Sender<u64>>>,
+    watching_leases: OnceLock<()>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -292,6 +295,8 @@ impl EtcdStore {
             held: Mutex::new(HashMap::new()),
             signals: Mutex::new(HashMap::new()),
             watching: OnceLock::new(),
+            lease_signals: Mutex::new(HashMap::new()),
+            watching_leases: OnceLock::new(),
         };
         store.open_model().await?;
         Ok(store)
@@ -507,21 +512,76 @@ impl EtcdStore {
     /// Watches `queues/` for as long as the store lives, waking the agent of each unit whose
     /// queue grew. After a broken watch every agent is woken, so none misses a hook.
     fn start_watch(self: &Arc<Self>) {
+        self.watch_prefix("queues/", EtcdStore::wake_all, |store, unit, event| {
+            if event == EventType::Put
+                && let Some(signal) = store
+                    .signals
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(unit)
+            {
+                signal.notify_one();
+            }
+        });
+    }
+
+    /// Watches `leases/` for as long as the store lives: a lease key goes when its holder
+    /// releases it or its etcd lease lapses, and the followers of that lease hear of it.
+    /// After a broken watch all of them do, so none waits for a lease that went meanwhile.
+    fn start_lease_watch(self: &Arc<Self>) {
+        self.watch_prefix(
+            "leases/",
+            EtcdStore::bump_all_leases,
+            |store, lease, event| {
+                if event == EventType::Delete
+                    && let Some(signal) = store
+                        .lease_signals
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get(lease)
+                {
+                    signal.send_modify(|n| *n += 1);
+                }
+            },
+        );
+    }
+
+    fn bump_all_leases(&self) {
+        for signal in self
+            .lease_signals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            signal.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Watches the keys under `within` (relative to the model's prefix) for as long as the
+    /// store lives, calling `on_event` with each event's key (relative to the watched prefix)
+    /// and kind, and `on_restart` each time the watch (re)starts: events may have been
+    /// missed before it.
+    fn watch_prefix(
+        self: &Arc<Self>,
+        within: &str,
+        on_restart: fn(&EtcdStore),
+        on_event: fn(&EtcdStore, &str, EventType),
+    ) {
         let weak = Arc::downgrade(self);
         let mut watch = self.client.watch_client();
-        let prefix = self.key("queues/");
+        let prefix = self.key(within);
         tokio::spawn(async move {
             loop {
                 let stream = watch
                     .watch(prefix.as_str(), Some(WatchOptions::new().with_prefix()))
                     .await;
                 let Some(store) = weak.upgrade() else { return };
-                store.wake_all();
+                on_restart(&store);
                 drop(store);
                 let mut stream = match stream {
                     Ok(stream) => stream,
                     Err(e) => {
-                        tracing::debug!("etcd watch on queues failed: {e}; retrying");
+                        tracing::debug!("etcd watch on {prefix} failed: {e}; retrying");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                         continue;
                     }
@@ -530,16 +590,10 @@ impl EtcdStore {
                 while let Ok(Some(resp)) = stream.message().await {
                     let Some(store) = weak.upgrade() else { return };
                     for event in resp.events() {
-                        if event.event_type() != EventType::Put {
-                            continue;
-                        }
                         let Some(kv) = event.kv() else { continue };
                         let key = String::from_utf8_lossy(kv.key());
-                        if let Some(unit) = key.strip_prefix(prefix.as_str()) {
-                            let signals = store.signals.lock().unwrap_or_else(|e| e.into_inner());
-                            if let Some(signal) = signals.get(unit) {
-                                signal.notify_one();
-                            }
+                        if let Some(name) = key.strip_prefix(prefix.as_str()) {
+                            on_event(&store, name, event.event_type());
                         }
                     }
                 }
@@ -785,6 +839,20 @@ impl LeaseStore for EtcdStore {
                 duration: Duration::from_secs(ttl as u64),
             }))
         })
+    }
+
+    fn lease_signal(self: Arc<Self>, app: &str) -> Option<watch::Receiver<u64>> {
+        if self.watching_leases.set(()).is_ok() {
+            self.start_lease_watch();
+        }
+        Some(
+            self.lease_signals
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(app.to_string())
+                .or_insert_with(|| watch::channel(0).0)
+                .subscribe(),
+        )
     }
 }
 

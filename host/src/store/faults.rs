@@ -397,6 +397,11 @@ impl LeaseStore for FaultyStore {
     fn leader<'a>(&'a self, app: &'a str) -> LeaseFuture<'a, Option<Lease>> {
         self.inner.leader(app)
     }
+
+    fn lease_signal(self: Arc<Self>, app: &str) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let inner: Arc<dyn LeaseStore> = self.inner.clone();
+        inner.lease_signal(app)
+    }
 }
 
 impl StateStore for FaultyStore {

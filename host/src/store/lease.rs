@@ -1,4 +1,7 @@
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use super::BoxFuture;
 
@@ -53,4 +56,11 @@ pub trait LeaseStore: Send + Sync {
 
     /// The unexpired lease on `app`, if any; its `duration` is the time it has left.
     fn leader<'a>(&'a self, app: &'a str) -> LeaseFuture<'a, Option<Lease>>;
+
+    /// What followers of `app`'s lease watch: its value changes when the store sees the
+    /// lease go (released, or lapsed), so a follower claims at once rather than at its next
+    /// poll. `None` where the store cannot watch: followers then poll every retry period.
+    fn lease_signal(self: Arc<Self>, _app: &str) -> Option<watch::Receiver<u64>> {
+        None
+    }
 }

@@ -139,6 +139,11 @@ impl LeaseStore for MeteredStore {
     fn leader<'a>(&'a self, app: &'a str) -> LeaseFuture<'a, Option<Lease>> {
         self.timed("leader", self.inner.leader(app))
     }
+
+    fn lease_signal(self: Arc<Self>, app: &str) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let inner: Arc<dyn LeaseStore> = self.inner.clone();
+        inner.lease_signal(app)
+    }
 }
 
 impl StateStore for MeteredStore {
