@@ -3281,7 +3281,19 @@ mod etcd_only {
         let server = EtcdServer::start();
         let a = Arc::new(open(&server, "m").await);
         let b = Arc::new(open(&server, "m").await);
+        // The first follower starts the store's watch, which wakes every follower once as
+        // it starts (a lease may have gone before it): that wake-up first.
+        let started = Duration::from_secs(20);
         let mut gone = b.clone().lease_signal("web").expect("etcd watches leases");
+        tokio::time::timeout(started, gone.changed())
+            .await
+            .unwrap()
+            .unwrap();
+        let mut gone_at_a = a.clone().lease_signal("web").unwrap();
+        tokio::time::timeout(started, gone_at_a.changed())
+            .await
+            .unwrap()
+            .unwrap();
         hold(a.as_ref(), "web", "web/0", LONG).await;
         assert!(matches!(
             b.claim("web", "web/1", LONG).await.unwrap(),
@@ -3295,7 +3307,6 @@ mod etcd_only {
             .unwrap();
         // Held for a second and never renewed: etcd lets it lapse and deletes its key.
         hold(b.as_ref(), "web", "web/1", Duration::from_secs(1)).await;
-        let mut gone_at_a = a.clone().lease_signal("web").unwrap();
         gone_at_a.borrow_and_update();
         tokio::time::timeout(Duration::from_secs(20), gone_at_a.changed())
             .await
@@ -3315,10 +3326,12 @@ mod etcd_only {
         let server = EtcdServer::start();
         let store: Arc<dyn Store> = Arc::new(open(&server, "m").await);
         hold(store.as_ref(), "web", "web/0", LONG).await;
-        // A 2-minute lease: a follower polling would next claim 90 s or more from now.
+        // Polling every minute (with the watch, every 2 minutes, the lease's length), a
+        // follower would next claim 45 s or more from now.
         let config = LeadershipConfig {
             lease_duration: Duration::from_secs(120),
             drift_margin: Duration::from_secs(60),
+            retry_period: Duration::from_secs(60),
             ..LeadershipConfig::default()
         };
         let follower = LeadershipTracker::spawn(store.clone(), "web", "web/1", config, 7);
