@@ -18,15 +18,19 @@
 //! the other unit's agent, its snapshot. Measured with both units on one host, and with
 //! one host (controller, store handle) per unit on one store.
 //!
-//! `cargo bench -p charm-host --bench scale`; `SCALE_UNITS=10,100` picks the sizes (10,
-//! 100 and 1,000 by default; `SCALE_UNITS=10000` is long on SQLite), `SCALE_STORES=sqlite`
-//! the stores, `SCALE_HOPS=N` the hops per case (100), `SCALE_TIMEOUT=S` how long a case
-//! may take to settle (600 s).
+//! With `--features etcd`, the same on an etcd started by the bench (`/usr/bin/etcd`, or
+//! `ETCD_BIN`) on loopback with a temporary data directory and etcd's default limits
+//! (`--max-txn-ops` 128, 1.5 MiB a request).
+//!
+//! `cargo bench -p charm-host --bench scale [--features etcd]`; `SCALE_UNITS=10,100` picks
+//! the sizes (10, 100 and 1,000 by default; `SCALE_UNITS=10000` is long on SQLite),
+//! `SCALE_STORES=sqlite,etcd` the stores (memory, sqlite, and with the feature etcd),
+//! `SCALE_HOPS=N` the hops per case (100), `SCALE_TIMEOUT=S` how long a case may
+//! take to settle (600 s; 120 s on etcd).
 
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -72,11 +76,125 @@ where
     }
 }
 
-fn open(kind: &str, path: &Path) -> Arc<dyn Store> {
-    match kind {
-        "memory" => Arc::new(MemoryStore::new("bench")),
-        "sqlite" => Arc::new(SqliteStore::open(path, "bench").expect("the SQLite store opens")),
-        other => panic!("SCALE_STORES: {other:?} is not a store; memory or sqlite"),
+/// An etcd server of the bench's own, stopped when dropped.
+#[cfg(feature = "etcd")]
+struct EtcdProcess {
+    child: std::process::Child,
+    endpoint: String,
+    _dir: tempfile::TempDir,
+}
+
+#[cfg(feature = "etcd")]
+impl EtcdProcess {
+    /// Starts etcd on free loopback ports, with its default limits.
+    fn start() -> EtcdProcess {
+        let port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port()
+        };
+        let (client, peer) = (port(), port());
+        let dir = tempfile::tempdir().unwrap();
+        let binary = std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into());
+        let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
+        let mut command = std::process::Command::new(&binary);
+        command
+            .arg("--name=bench")
+            .arg(format!("--data-dir={}", dir.path().join("data").display()))
+            .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
+            .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
+            .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
+            ))
+            .arg(format!("--initial-cluster=bench=http://127.0.0.1:{peer}"));
+        let child = command
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {binary}: {e}; set ETCD_BIN"));
+        EtcdProcess {
+            child,
+            endpoint: format!("127.0.0.1:{client}"),
+            _dir: dir,
+        }
+    }
+
+    /// A store on it, waiting (up to 20 s) for etcd to answer.
+    async fn store(&self, model: &str) -> Arc<dyn Store> {
+        use charm_host::store::{EtcdConfig, EtcdStore};
+        let config = EtcdConfig {
+            endpoints: vec![self.endpoint.clone()],
+            prefix: format!("bench/{model}"),
+            request_timeout: Duration::from_secs(2),
+            tls: None,
+            auth: None,
+        };
+        let began = Instant::now();
+        loop {
+            match EtcdStore::connect(config.clone(), model).await {
+                Ok(store) => return Arc::new(store),
+                Err(e) if began.elapsed() > Duration::from_secs(20) => {
+                    panic!("etcd at {} does not answer: {e}", self.endpoint)
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The stores a case runs on, and what keeps them: a temporary directory, an etcd.
+struct Place {
+    kind: String,
+    dir: tempfile::TempDir,
+    #[cfg(feature = "etcd")]
+    etcd: Option<EtcdProcess>,
+}
+
+impl Place {
+    fn new(kind: &str) -> Place {
+        let known: &[&str] = if cfg!(feature = "etcd") {
+            &["memory", "sqlite", "etcd"]
+        } else {
+            &["memory", "sqlite"]
+        };
+        assert!(
+            known.contains(&kind),
+            "SCALE_STORES: {kind:?} is not one of {known:?}"
+        );
+        Place {
+            kind: kind.to_string(),
+            dir: tempfile::tempdir().unwrap(),
+            #[cfg(feature = "etcd")]
+            etcd: match kind {
+                "etcd" => Some(EtcdProcess::start()),
+                _ => None,
+            },
+        }
+    }
+
+    /// A handle on the place's store, as one host opens it.
+    async fn open(&self) -> Arc<dyn Store> {
+        match self.kind.as_str() {
+            "memory" => Arc::new(MemoryStore::new("bench")),
+            "sqlite" => Arc::new(
+                SqliteStore::open(&self.dir.path().join("model.db"), "bench")
+                    .expect("the SQLite store opens"),
+            ),
+            #[cfg(feature = "etcd")]
+            _ => self.etcd.as_ref().expect("an etcd").store("bench").await,
+            #[cfg(not(feature = "etcd"))]
+            other => unreachable!("{other}"),
+        }
     }
 }
 
@@ -96,9 +214,9 @@ async fn settle(
     discourse: &Charm,
     postgresql: &Charm,
     limit: Duration,
-) -> Settled {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(kind, &dir.path().join("model.db"));
+) -> Result<Settled, String> {
+    let place = Place::new(kind);
+    let store = place.open().await;
     let hooks = Arc::new(AtomicU64::new(0));
     // When each relation-changed on postgresql/0 ended.
     let ends: Arc<Mutex<Vec<Instant>>> = Arc::default();
@@ -128,7 +246,7 @@ async fn settle(
             1,
         )
         .await
-        .expect("postgresql deployed");
+        .map_err(|e| format!("deploying postgresql: {e}"))?;
     let options = BTreeMap::from([(
         "external_hostname".to_string(),
         ConfigValue::String("forum.example.com".into()),
@@ -142,29 +260,49 @@ async fn settle(
             units,
         )
         .await
-        .expect("discourse deployed");
+        .map_err(|e| format!("deploying discourse: {e}"))?;
     controller
         .relate(("discourse", "db"), ("postgresql", "db"))
         .await
-        .expect("related");
-    let idle = tokio::time::timeout(limit, controller.wait_idle())
-        .await
-        .is_ok();
-    let seconds = started.elapsed().as_secs_f64();
+        .map_err(|e| format!("relating: {e}"))?;
+    // On etcd a hook another change queued reaches its agent through etcd's watch, a moment
+    // after the change: idle counts once it held for a while after (from its start).
+    let confirm = kind
+        .starts_with("etcd")
+        .then_some(Duration::from_millis(500));
+    let settled = async {
+        loop {
+            controller.wait_idle().await;
+            let idle_at = started.elapsed();
+            match confirm {
+                None => return idle_at,
+                Some(wait) => {
+                    tokio::time::sleep(wait).await;
+                    if controller.pending() == 0 {
+                        return idle_at;
+                    }
+                }
+            }
+        }
+    };
+    let (idle, seconds) = match tokio::time::timeout(limit, settled).await {
+        Ok(at) => (true, at.as_secs_f64()),
+        Err(_) => (false, started.elapsed().as_secs_f64()),
+    };
     let pending = controller.pending();
     controller.shutdown();
     let ends = ends.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut gaps: Vec<Duration> = ends.windows(2).map(|w| w[1] - w[0]).collect();
     let changed_p50_ms =
         (!gaps.is_empty()).then(|| common::percentiles(&mut gaps).0.as_secs_f64() * 1e3);
-    Settled {
+    Ok(Settled {
         hooks: hooks.load(Ordering::Relaxed),
         seconds,
         idle,
         pending,
         peak_mib: peak_rss(),
         changed_p50_ms,
-    }
+    })
 }
 
 /// The bag key the ping units write their counter under.
@@ -264,23 +402,23 @@ fn ping_metadata() -> CharmMetadata {
 
 /// The p50 and p99 hop between two ping units, on one host or one host per unit.
 async fn hops(kind: &str, hosts: usize, rounds: u64) -> Option<(Duration, Duration)> {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("model.db");
+    let place = Place::new(kind);
     let clock = Arc::new(HopClock::default());
     let hosted: Vec<Option<Vec<String>>> = match hosts {
         1 => vec![None],
         _ => vec![Some(vec!["ping/0".into()]), Some(vec!["ping/1".into()])],
     };
-    let shared = open(kind, &path);
+    let first = place.open().await;
     let mut controllers = Vec::new();
     for hosted_units in hosted {
-        // Each host its own handle on the file, as separate processes have; the memory
-        // store is one process's, so its hosts share one.
-        let store = match (kind, controllers.is_empty()) {
-            ("sqlite", false) => open(kind, &path),
-            _ => shared.clone(),
+        // Each host its own handle on the store, as separate processes have.
+        let store = if controllers.is_empty() {
+            first.clone()
+        } else {
+            place.open().await
         };
         let config = ControllerConfig {
+            // As `charm-host run` sets it when hosts share a file.
             poll_interval: (hosts > 1 && kind == "sqlite").then(|| Duration::from_millis(500)),
             hosted_units,
             ..ControllerConfig::default()
@@ -322,7 +460,13 @@ async fn main() {
     let discourse = common::load(&runtime, &guests.discourse);
     let postgresql = common::load(&runtime, &guests.postgresql);
     let sizes: Vec<u32> = list("SCALE_UNITS", &[10, 100, 1_000]);
-    let stores: Vec<String> = list("SCALE_STORES", &["memory".to_string(), "sqlite".into()]);
+    let default_stores: &[&str] = if cfg!(feature = "etcd") {
+        &["memory", "sqlite", "etcd"]
+    } else {
+        &["memory", "sqlite"]
+    };
+    let default_stores: Vec<String> = default_stores.iter().map(|s| s.to_string()).collect();
+    let stores: Vec<String> = list("SCALE_STORES", &default_stores);
     let rounds: u64 = list("SCALE_HOPS", &[100])[0];
     let limit = Duration::from_secs(list("SCALE_TIMEOUT", &[600])[0]);
     println!(
@@ -334,8 +478,19 @@ async fn main() {
     );
     println!("|---|---|---|---|---|---|---|");
     for kind in &stores {
+        let limit = if kind.starts_with("etcd") {
+            limit.min(Duration::from_secs(120))
+        } else {
+            limit
+        };
         for &units in &sizes {
-            let s = settle(kind, units, &discourse, &postgresql, limit).await;
+            let s = match settle(kind, units, &discourse, &postgresql, limit).await {
+                Ok(s) => s,
+                Err(why) => {
+                    println!("| {kind} | {units} | refused: {why} | | | | |");
+                    continue;
+                }
+            };
             let seconds = if s.idle {
                 format!("{:.2}", s.seconds)
             } else {
@@ -356,7 +511,7 @@ async fn main() {
     println!("| store | hosts | p50 ms | p99 ms |");
     println!("|---|---|---|---|");
     for kind in &stores {
-        let host_counts: &[usize] = if kind == "sqlite" { &[1, 2] } else { &[1] };
+        let host_counts: &[usize] = if kind != "memory" { &[1, 2] } else { &[1] };
         for &hosts in host_counts {
             match hops(kind, hosts, rounds).await {
                 Some((p50, p99)) => println!(
