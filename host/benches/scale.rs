@@ -59,10 +59,7 @@ fn reset_peak_rss() {
 }
 
 /// A list from an environment variable, or the default.
-fn list<T: std::str::FromStr>(var: &str, default: &[T]) -> Vec<T>
-where
-    T: Clone,
-{
+fn list<T: std::str::FromStr + Clone>(var: &str, default: &[T]) -> Vec<T> {
     match std::env::var(var) {
         Ok(v) => v
             .split(',')
