@@ -266,8 +266,7 @@ impl Deployment {
     /// first, as `charm-host run-action` does; returns the action's id, for
     /// [`action`](Self::action) once its hook ran.
     pub fn run_action(&mut self, unit: &str, action: ActionEvent) -> Result<u64, StoreError> {
-        let given = params_to_model(&action.name, &action.params)
-            .map_err(|why| StoreError::Invalid(why.to_string()))?;
+        let given = params_to_model(&action.name, &action.params).map_err(StoreError::Invalid)?;
         let queued =
             self.step(|tx| charm_model::actions::enqueue_action(tx, unit, &action.name, given, 0))?;
         Ok(queued.action.id)
