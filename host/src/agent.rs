@@ -314,12 +314,11 @@ impl UnitAgent {
                 // it twice. Only while the hook could run as leader: queued with too little
                 // guarantee left it would be skipped, owed again and queued again at once.
                 Leadership::Leader { term, .. }
-                    if elected_term != Some(term)
-                        && tracker.can_pin(self.min_remaining())
-                        && !self
-                            .queue
-                            .iter()
-                            .any(|p| p.hook == Hook::Install || p.hook == Hook::LeaderElected) =>
+                    if charm_model::leadership::owes_leader_elected(
+                        elected_term,
+                        term,
+                        self.queue.iter().map(|p| &p.hook),
+                    ) && tracker.can_pin(self.min_remaining()) =>
                 {
                     elected_term = Some(term);
                     self.shared.pending.add(1);

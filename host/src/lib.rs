@@ -17,6 +17,7 @@
 pub mod bindings;
 
 pub mod agent;
+pub mod build;
 pub mod bundle;
 pub mod charm;
 pub mod context;

@@ -159,6 +159,10 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+    /// Builds a charm crate (default: the current directory) into its small, fast module
+    /// (wasm32-wasip2, LTO, stripped; no edit of its Cargo.toml) and inspects it: the
+    /// module's path and size, then what `inspect` prints.
+    Build(cli::build::BuildArgs),
     /// Checks a bundle without deploying it: keys, charms, options, relations. Prints what
     /// would be deployed and what this host would not apply; exits 1 with every problem
     /// found otherwise.
@@ -319,6 +323,7 @@ fn main() -> Result<()> {
     }
     match cli.command {
         Command::Inspect { charm, format } => inspect(&charm, format),
+        Command::Build(args) => cli::build::build(&args),
         Command::Check { bundle, format } => check(&bundle, format),
         Command::ExportBundle { store, format } => {
             let runtime = tokio::runtime::Runtime::new()?;
@@ -533,6 +538,13 @@ fn inspect(path: &std::path::Path, format: Format) -> Result<()> {
         outln!("{}", serde_json::to_string_pretty(meta)?);
         return Ok(());
     }
+    print_charm(&charm);
+    Ok(())
+}
+
+/// A loaded charm as `inspect` shows it: name, contract, endpoints, options, actions.
+fn print_charm(charm: &charm_host::charm::Charm) {
+    let meta: &CharmMetadata = charm.metadata();
     outln!("Charm     {}", meta.name);
     outln!("Summary   {}", meta.summary);
     outln!("Contract  juju:charm@{}", charm.contract_version().as_str());
@@ -608,7 +620,6 @@ fn inspect(path: &std::path::Path, format: Format) -> Result<()> {
         }
         print_table(&rows);
     }
-    Ok(())
 }
 
 /// How long `status` and `pod-spec` wait for an etcd request.

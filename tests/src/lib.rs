@@ -18,9 +18,7 @@ pub mod etcd_model;
 pub mod etcd_pki;
 pub mod etcd_server;
 pub mod linearizable;
-mod wasm_context;
-
-pub use wasm_context::WasmContext;
+pub use charm_test::WasmContext;
 
 /// Paths of the compiled guest charms.
 pub mod guests {

@@ -37,7 +37,7 @@ fn a_charm_built_against_0_1_0_loads_with_its_metadata() {
 
 #[test]
 fn a_charm_built_against_0_1_0_runs_its_hooks_under_the_current_rules() {
-    let ctx = WasmContext::new(&runtime(), guests::CONTRACT_V0_1);
+    let ctx = WasmContext::new(&runtime(), guests::CONTRACT_V0_1).expect("the guest loads");
 
     let out = ctx.run(Event::Install, State::default());
     assert_eq!(out.outcome, Outcome::Committed);
@@ -123,7 +123,7 @@ fn a_component_of_neither_world_is_refused_naming_the_versions_run() {
 
 #[test]
 fn the_postgresql_leader_draws_its_password_from_the_hosts_secure_source() {
-    let ctx = WasmContext::new(&runtime(), guests::POSTGRESQL);
+    let ctx = WasmContext::new(&runtime(), guests::POSTGRESQL).expect("the guest loads");
     let password = || {
         let out = ctx.run(Event::LeaderElected, State::default().leader(true));
         assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);

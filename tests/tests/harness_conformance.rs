@@ -17,7 +17,7 @@ fn discourse_and_postgresql_give_the_same_output_on_both_backends() {
     let changed =
         Event::RelationChanged(RelationEvent::new(1, "db", "postgresql").unit("postgresql/0"));
     let discourse_native = Context::<discourse::Discourse>::new();
-    let discourse_wasm = WasmContext::new(&runtime, guests::DISCOURSE);
+    let discourse_wasm = WasmContext::new(&runtime, guests::DISCOURSE).expect("the guest loads");
     for leader in [true, false] {
         let state = State::default().leader(leader).relation(db.clone());
         let native = discourse_native.run(changed.clone(), state.clone());
@@ -38,7 +38,7 @@ fn discourse_and_postgresql_give_the_same_output_on_both_backends() {
         .relation(clients);
     let native = Context::<postgresql::Postgresql>::new().run(Event::ConfigChanged, state.clone());
     let wasm = HookRunner::run(
-        &WasmContext::new(&runtime, guests::POSTGRESQL),
+        &WasmContext::new(&runtime, guests::POSTGRESQL).expect("the guest loads"),
         Event::ConfigChanged,
         state,
     );
@@ -56,7 +56,7 @@ fn discourse_and_postgresql_give_the_same_output_on_both_backends() {
 fn writes_past_the_limits_get_the_same_verdict_on_both_backends() {
     let runtime = runtime();
     let native = Context::<hostile::Hostile>::new();
-    let wasm = WasmContext::new(&runtime, guests::HOSTILE);
+    let wasm = WasmContext::new(&runtime, guests::HOSTILE).expect("the guest loads");
     for (behaviour, verdict) in [
         ("huge-status", "the status message is 8388608 bytes"),
         (

@@ -9,7 +9,7 @@ use charm_tests::{WasmContext, guests, runtime};
 #[test]
 fn kv_scenarios_pass_against_the_wasm() {
     let runtime = runtime();
-    let ctx = WasmContext::new(&runtime, guests::KV);
+    let ctx = WasmContext::new(&runtime, guests::KV).expect("the guest loads");
     for (name, scenario) in scenarios::ALL {
         eprintln!("scenario {name}");
         scenario(&ctx);

@@ -11,7 +11,7 @@ use charm_tests::{WasmContext, guests, runtime};
 #[test]
 fn every_lifecycle_hook_reaches_the_charm() {
     let runtime = runtime();
-    let ctx = WasmContext::new(&runtime, guests::PROBE);
+    let ctx = WasmContext::new(&runtime, guests::PROBE).expect("the guest loads");
     let db = Relation::new(4, "db", "postgresql");
     let events = [
         Event::Stop,

@@ -9,7 +9,7 @@ use charm_tests::{WasmContext, guests, runtime};
 #[test]
 fn malformed_master_blocks_discourse_the_same_way_natively_and_in_the_host() {
     let runtime = runtime();
-    let wasm = WasmContext::new(&runtime, guests::DISCOURSE);
+    let wasm = WasmContext::new(&runtime, guests::DISCOURSE).expect("the guest loads");
     let native = Context::<discourse::Discourse>::new();
     let db = Relation::new(1, "db", "postgresql")
         .remote_unit("postgresql/0", [("k", "v")])
@@ -46,8 +46,8 @@ fn malformed_master_blocks_discourse_the_same_way_natively_and_in_the_host() {
 #[test]
 fn discourse_follows_a_master_that_moves_and_postgresql_republishes_on_config() {
     let runtime = runtime();
-    let discourse = WasmContext::new(&runtime, guests::DISCOURSE);
-    let postgresql = WasmContext::new(&runtime, guests::POSTGRESQL);
+    let discourse = WasmContext::new(&runtime, guests::DISCOURSE).expect("the guest loads");
+    let postgresql = WasmContext::new(&runtime, guests::POSTGRESQL).expect("the guest loads");
 
     // PostgreSQL's leader, port changed: the client's connection is republished.
     let clients = Relation::new(1, "db", "discourse")

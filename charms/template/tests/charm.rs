@@ -1,6 +1,8 @@
-//! The template's tests: arrange a state, run one event, assert on the state after.
+//! The template's tests: arrange a state, run one event, assert on the state after. Each
+//! scenario is written once against `HookRunner` and runs twice: natively (`Context`) and
+//! against the crate's own compiled `.wasm` through the host (`charm_test::WasmContext`).
 
-use charm_sdk::testing::{Context, Relation, State};
+use charm_sdk::testing::{Context, HookRunner, Relation, State};
 use charm_sdk::{ActionEvent, Error, Event, RelationEvent, Status};
 use template::Template;
 
@@ -8,47 +10,78 @@ fn db_changed() -> Event {
     Event::RelationChanged(RelationEvent::new(1, "db", "postgresql").unit("postgresql/0"))
 }
 
-#[test]
-fn waits_for_the_database() {
-    let out = Context::<Template>::new().run(Event::ConfigChanged, State::default());
+fn waits_for_the_database(runner: &dyn HookRunner) {
+    let out = runner.run(Event::ConfigChanged, State::default());
     assert_eq!(
         out.state.unit_status,
         Status::waiting("waiting for database")
     );
 }
 
-#[test]
-fn leader_sets_the_pod_spec_from_config_and_relation() {
+fn leader_sets_the_pod_spec_from_config_and_relation(runner: &dyn HookRunner) {
     let db = Relation::new(1, "db", "postgresql").remote_app_data([("master", "host=pg")]);
     let state = State::default()
         .leader(true)
         .config("greeting", "bonjour")
         .relation(db);
-    let out = Context::<Template>::new().run(db_changed(), state);
-    assert!(out.committed());
+    let out = runner.run(db_changed(), state);
+    assert!(out.committed(), "{:?}", out.outcome);
     let spec = out.state.pod_spec.unwrap().typed().unwrap();
     assert_eq!(spec.containers[0].env_config["GREETING"], "bonjour");
     assert_eq!(spec.containers[0].env_config["DATABASE"], "host=pg");
     assert_eq!(out.state.unit_status, Status::active(""));
 }
 
-#[test]
-fn followers_set_no_pod_spec() {
+fn followers_set_no_pod_spec(runner: &dyn HookRunner) {
     let db = Relation::new(1, "db", "postgresql").remote_app_data([("master", "host=pg")]);
-    let out = Context::<Template>::new().run(db_changed(), State::default().relation(db));
+    let out = runner.run(db_changed(), State::default().relation(db));
+    assert!(out.committed(), "{:?}", out.outcome);
     assert!(out.state.pod_spec.is_none());
     assert_eq!(out.leadership_refusals, 0);
 }
 
-#[test]
-fn greet_answers_with_the_default_greeting() {
-    let out =
-        Context::<Template>::new().run(Event::Action(ActionEvent::new("greet")), State::default());
+fn greet_answers_with_the_default_greeting(runner: &dyn HookRunner) {
+    let out = runner.run(Event::Action(ActionEvent::new("greet")), State::default());
     assert_eq!(out.action.unwrap().results["greeting"], "hello");
 }
 
+/// Every scenario, by name.
+const SCENARIOS: &[(&str, fn(&dyn HookRunner))] = &[
+    ("waits_for_the_database", waits_for_the_database),
+    (
+        "leader_sets_the_pod_spec_from_config_and_relation",
+        leader_sets_the_pod_spec_from_config_and_relation,
+    ),
+    ("followers_set_no_pod_spec", followers_set_no_pod_spec),
+    (
+        "greet_answers_with_the_default_greeting",
+        greet_answers_with_the_default_greeting,
+    ),
+];
+
 #[test]
-fn sdk_calls_outside_a_hook_are_refused_as_the_host_would() {
+fn scenarios_pass_natively() {
+    for (name, scenario) in SCENARIOS {
+        eprintln!("scenario {name}");
+        scenario(&Context::<Template>::new());
+    }
+}
+
+/// Builds this crate for wasm32-wasip2 (as `charm-host build` does) and runs the same
+/// scenarios against the module.
+#[test]
+fn scenarios_pass_against_the_wasm() {
+    let wasm = charm_test::WasmContext::build(env!("CARGO_MANIFEST_DIR"))
+        .unwrap_or_else(|e| panic!("building the template's module: {e}"));
+    assert_eq!(wasm.metadata().name, "template");
+    for (name, scenario) in SCENARIOS {
+        eprintln!("scenario {name} in wasm");
+        scenario(&wasm);
+    }
+}
+
+#[test]
+fn sdk_errors_are_plain_values() {
     // The SDK's errors are plain values: a test can assert on them directly.
     assert_eq!(Error::NotLeader.to_string(), "this unit is not the leader");
 }

@@ -22,6 +22,7 @@ pub mod endpoints;
 pub mod error;
 pub mod leadership;
 pub mod limits;
+pub mod memory;
 pub mod operations;
 pub mod podspec;
 pub mod records;

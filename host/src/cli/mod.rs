@@ -2,6 +2,7 @@
 //! change of the store (written once, in `charm_model`), shown as a table or as JSON.
 
 pub mod actions;
+pub mod build;
 pub mod config;
 pub mod debug_log;
 pub mod relations;

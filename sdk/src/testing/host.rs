@@ -140,7 +140,58 @@ pub(super) fn to_model(value: &ConfigValue) -> charm_model::ConfigValue {
     }
 }
 
-fn from_model(value: charm_model::ConfigValue) -> ConfigValue {
+/// The charm's metadata as the host reads it from the component.
+pub(super) fn to_model_metadata(metadata: &Metadata) -> charm_model::CharmMetadata {
+    charm_model::CharmMetadata {
+        name: metadata.name.clone(),
+        summary: metadata.summary.clone(),
+        relations: metadata
+            .relations
+            .iter()
+            .map(|e| charm_model::EndpointMeta {
+                name: e.name.clone(),
+                role: match e.role {
+                    crate::RelationRole::Provides => charm_model::RelationRole::Provides,
+                    crate::RelationRole::Requires => charm_model::RelationRole::Requires,
+                    crate::RelationRole::Peers => charm_model::RelationRole::Peers,
+                },
+                interface: e.interface.clone(),
+                limit: e.limit,
+            })
+            .collect(),
+        config: metadata
+            .config
+            .iter()
+            .map(|o| charm_model::ConfigOptionMeta {
+                name: o.name.clone(),
+                kind: to_model_type(o.kind),
+                default: o.default.as_ref().map(to_model),
+                description: o.description.clone(),
+            })
+            .collect(),
+        actions: metadata
+            .actions
+            .iter()
+            .map(|a| charm_model::ActionMeta {
+                name: a.name.clone(),
+                description: a.description.clone(),
+                params: a
+                    .params
+                    .iter()
+                    .map(|p| charm_model::ActionParamMeta {
+                        name: p.name.clone(),
+                        kind: to_model_type(p.kind),
+                        description: p.description.clone(),
+                        default: p.default.as_ref().map(to_model),
+                        required: p.required,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+pub(super) fn from_model(value: charm_model::ConfigValue) -> ConfigValue {
     match value {
         charm_model::ConfigValue::String(s) => ConfigValue::String(s),
         charm_model::ConfigValue::Int(i) => ConfigValue::Int(i),

@@ -1,19 +1,12 @@
-//! charm-sdk's testing API with the compiled `.wasm` behind it: the same arrange/act/assert
-//! test that runs natively with `charm_sdk::testing::Context` runs here through the host's
-//! loader, sandbox, hook context and imports.
-//!
-//! One hook at a time, as the native harness: the [`State`] becomes the unit's snapshot, the
-//! hook runs in the host, and a successful hook's writes are applied to the state as the
-//! store's commit applies them. The commit itself does not go through a store (there is no
-//! model to commit into); the faults are mapped onto the host's own mechanisms where there is
-//! one, as [`WasmContext::run_with`] says.
+//! charm-sdk's testing API with the compiled `.wasm` behind it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use charm_host::bindings::types as wit;
-use charm_host::charm::{Charm, CharmRuntime, GuaranteeWatch, HookOutcome, HookRun};
+use charm_host::build::BuildRequest;
+use charm_host::charm::{Charm, CharmRuntime, GuaranteeWatch, HookOutcome, HookRun, RuntimeConfig};
 use charm_host::model::{Changes, RelationView, UnitSnapshot, app_of};
 use charm_host::store::Fence;
 use charm_sdk::log::Level;
@@ -23,7 +16,19 @@ use charm_sdk::testing::{
 };
 use charm_sdk::{ConfigValue, Event};
 
-/// Runs one hook of a compiled charm on an arranged [`State`].
+use crate::Error;
+
+/// Runs one hook of a compiled charm on an arranged [`State`]: the same arrange/act/assert
+/// test that runs natively with `charm_sdk::testing::Context` runs here through the host's
+/// loader, sandbox, hook context and imports.
+///
+/// One hook at a time, as the native harness: the [`State`] becomes the unit's snapshot, the
+/// hook runs in the host, and a successful hook's writes are applied to the state as the
+/// store's commit applies them. The commit itself does not go through a store (there is no
+/// model to commit into); the faults are mapped onto the host's own mechanisms where there is
+/// one, as [`WasmContext::run_with`] says.
+///
+/// The unit is `<charm name>/0` of application `<charm name>` in model `test` unless set.
 pub struct WasmContext {
     charm: Charm,
     model: String,
@@ -31,23 +36,75 @@ pub struct WasmContext {
 }
 
 impl WasmContext {
-    /// The charm in `path`, as unit 0 of an application named after it, in model `test`.
-    pub fn new(runtime: &CharmRuntime, path: &str) -> Self {
-        let charm = runtime
-            .load_file(Path::new(path))
-            .unwrap_or_else(|e| panic!("loading {path}: {e}"));
+    /// The charm module at `path`, loaded by `runtime` (shared by the contexts of one test,
+    /// so the engine starts once).
+    ///
+    /// ```no_run
+    /// use charm_host::charm::{CharmRuntime, RuntimeConfig};
+    ///
+    /// let runtime = CharmRuntime::new(RuntimeConfig::default()).unwrap();
+    /// let ctx = charm_test::WasmContext::new(&runtime, "target/wasm32-wasip2/charm/kv.wasm")?;
+    /// assert_eq!(ctx.unit_name(), "kv/0");
+    /// # Ok::<(), charm_test::Error>(())
+    /// ```
+    pub fn new(runtime: &CharmRuntime, path: impl AsRef<Path>) -> Result<Self, Error> {
+        let charm = runtime.load_file(path.as_ref())?;
         let unit = format!("{}/0", charm.metadata().name);
-        WasmContext {
+        Ok(WasmContext {
             charm,
             model: "test".into(),
             unit,
-        }
+        })
     }
 
-    /// The same context for another unit of the application.
+    /// The charm module at `path`, in a runtime of its own with the host's default limits.
+    ///
+    /// ```no_run
+    /// let ctx = charm_test::WasmContext::load("target/wasm32-wasip2/charm/hello.wasm")?;
+    /// # Ok::<(), charm_test::Error>(())
+    /// ```
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let runtime = CharmRuntime::new(RuntimeConfig::default())
+            .map_err(|e| Error::Runtime(e.to_string()))?;
+        Self::new(&runtime, path)
+    }
+
+    /// Builds the charm crate in `crate_dir` as `charm-host build` does (in
+    /// [`build_dir`](crate::build_dir)), and loads its module. cargo's output goes to the
+    /// test's standard error; a second build with nothing changed takes a moment.
+    ///
+    /// ```no_run
+    /// // In a charm's tests/: the module of the crate under test.
+    /// let ctx = charm_test::WasmContext::build(env!("CARGO_MANIFEST_DIR"))?;
+    /// # Ok::<(), charm_test::Error>(())
+    /// ```
+    pub fn build(crate_dir: impl AsRef<Path>) -> Result<Self, Error> {
+        let crate_dir = crate_dir.as_ref();
+        let request = BuildRequest::new(crate_dir).target_dir(crate::build_dir(crate_dir));
+        let built = charm_host::build::build(&request)?;
+        Self::load(&built.module)
+    }
+
+    /// The same context for another unit of the application, such as `kv/1`.
+    ///
+    /// ```no_run
+    /// let ctx = charm_test::WasmContext::load("kv.wasm")?.unit("kv/1");
+    /// assert_eq!(ctx.unit_name(), "kv/1");
+    /// # Ok::<(), charm_test::Error>(())
+    /// ```
     pub fn unit(mut self, unit: &str) -> Self {
         self.unit = unit.to_string();
         self
+    }
+
+    /// The unit's name.
+    pub fn unit_name(&self) -> &str {
+        &self.unit
+    }
+
+    /// The charm's metadata, as the host read it from the module.
+    pub fn metadata(&self) -> &charm_host::model::CharmMetadata {
+        self.charm.metadata()
     }
 
     fn snapshot(&self, state: &State) -> UnitSnapshot {
