@@ -249,15 +249,15 @@ impl Launch {
 
     /// Waits until this agent holds the unit's ownership lease (`owner` claims and renews
     /// it), then runs the unit. Hooks notified meanwhile are left to the store, which
-    /// keeps them for whichever agent runs the unit; `waiting`, the hooks it held at the
-    /// start, count as pending until then.
+    /// keeps them for whichever agent runs the unit; they and `waiting`, the hooks it held
+    /// at the start, count as pending until the queue is loaded.
     async fn when_owned(
         self,
         owner: LeadershipTracker,
         mut inbox: mpsc::UnboundedReceiver<QueuedHook>,
         waiting: usize,
     ) {
-        let waiting = PendingWhile(self.shared.clone(), waiting);
+        let mut waiting = PendingWhile(self.shared.clone(), waiting);
         let mut owned = owner.subscribe();
         let mut told = None;
         loop {
@@ -278,8 +278,10 @@ impl Launch {
             }
             tokio::select! {
                 changed = owned.changed() => if changed.is_err() { return },
+                // Left to the store, which keeps it for whichever agent runs the unit, but
+                // still pending here: a host run until idle must not stop with it unrun.
                 hook = inbox.recv() => match hook {
-                    Some(_) => self.shared.pending.done(1),
+                    Some(_) => waiting.1 += 1,
                     None => return,
                 },
             }
