@@ -45,8 +45,11 @@ fn greet_answers_with_the_default_greeting(runner: &dyn HookRunner) {
     assert_eq!(out.action.unwrap().results["greeting"], "hello");
 }
 
+/// A scenario: it runs a hook on the runner it is given and asserts on the output.
+type Scenario = fn(&dyn HookRunner);
+
 /// Every scenario, by name.
-const SCENARIOS: &[(&str, fn(&dyn HookRunner))] = &[
+const SCENARIOS: &[(&str, Scenario)] = &[
     ("waits_for_the_database", waits_for_the_database),
     (
         "leader_sets_the_pod_spec_from_config_and_relation",

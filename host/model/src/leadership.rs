@@ -154,6 +154,31 @@ where
     valid_until.is_some_and(|until| now + margin < until)
 }
 
+/// Whether a unit leading with `term` owes leader-elected now: once per term (the store
+/// records the term leader-elected ran for with its commit, `elected_term`), and after
+/// install (Juju's order), so not while install or leader-elected is still queued on it.
+///
+/// ```
+/// use charm_model::Hook;
+/// use charm_model::leadership::owes_leader_elected;
+///
+/// assert!(owes_leader_elected(None, 1, &[Hook::ConfigChanged, Hook::Start]));
+/// assert!(!owes_leader_elected(None, 1, &[Hook::Install, Hook::ConfigChanged]));
+/// assert!(!owes_leader_elected(Some(1), 1, &[]), "once per term");
+/// assert!(owes_leader_elected(Some(1), 2, &[]), "a new term");
+/// ```
+pub fn owes_leader_elected<'h>(
+    elected_term: Option<u64>,
+    term: u64,
+    queue: impl IntoIterator<Item = &'h crate::records::Hook>,
+) -> bool {
+    use crate::records::Hook;
+    elected_term != Some(term)
+        && !queue
+            .into_iter()
+            .any(|h| *h == Hook::Install || *h == Hook::LeaderElected)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,29 +232,4 @@ mod tests {
         assert!(!hook_may_continue(Some(9), 8, 1));
         assert!(!hook_may_continue(None, 0, 0), "leadership gone");
     }
-}
-
-/// Whether a unit leading with `term` owes leader-elected now: once per term (the store
-/// records the term leader-elected ran for with its commit, `elected_term`), and after
-/// install (Juju's order), so not while install or leader-elected is still queued on it.
-///
-/// ```
-/// use charm_model::Hook;
-/// use charm_model::leadership::owes_leader_elected;
-///
-/// assert!(owes_leader_elected(None, 1, &[Hook::ConfigChanged, Hook::Start]));
-/// assert!(!owes_leader_elected(None, 1, &[Hook::Install, Hook::ConfigChanged]));
-/// assert!(!owes_leader_elected(Some(1), 1, &[]), "once per term");
-/// assert!(owes_leader_elected(Some(1), 2, &[]), "a new term");
-/// ```
-pub fn owes_leader_elected<'h>(
-    elected_term: Option<u64>,
-    term: u64,
-    queue: impl IntoIterator<Item = &'h crate::records::Hook>,
-) -> bool {
-    use crate::records::Hook;
-    elected_term != Some(term)
-        && !queue
-            .into_iter()
-            .any(|h| *h == Hook::Install || *h == Hook::LeaderElected)
 }
