@@ -448,6 +448,9 @@ impl Deployment {
                 hook: seq,
                 changes: &changes,
                 fence: fence.as_ref(),
+                // One hook at a time, one agent per unit: nothing can change under a hook.
+                read: None,
+                owner: None,
             };
             if let Err(e) = self.step(|tx| commit(tx, request)) {
                 outcome = Outcome::Failed(e.to_string());
