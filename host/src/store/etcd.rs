@@ -92,6 +92,7 @@ pub const MODULE_CHUNK: usize = 512 * 1024;
 const SEQ_INDEX_BITS: u32 = 20;
 
 mod access;
+mod members;
 
 pub use access::{EtcdAuth, EtcdIdentity, EtcdTls};
 
@@ -219,6 +220,8 @@ pub struct EtcdStore {
     /// What followers of each lease watch, by lease name: bumped when its key goes.
     lease_signals: Mutex<HashMap<String, watch::Sender<u64>>>,
     watching_leases: OnceLock<()>,
+    /// Keeps members that do not answer out of the client's choice, while the store lives.
+    _members: Option<members::MemberProbe>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -286,6 +289,7 @@ impl EtcdStore {
             Ok(client) => client,
             Err(e) => return Err(access::explain(e, &config).await),
         };
+        let members = members::probe_members(client.clone(), &config);
         let store = EtcdStore {
             model: model.to_string(),
             prefix: format!("{}/", config.prefix),
@@ -297,6 +301,7 @@ impl EtcdStore {
             watching: OnceLock::new(),
             lease_signals: Mutex::new(HashMap::new()),
             watching_leases: OnceLock::new(),
+            _members: members,
         };
         store.open_model().await?;
         Ok(store)
