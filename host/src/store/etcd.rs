@@ -238,7 +238,7 @@ fn unavailable(e: etcd_client::Error) -> StoreError {
     let text = e.to_string();
     if text.contains("too many operations in txn request") {
         return StoreError::Unavailable(format!(
-            "{text}: raise etcd's --max-txn-ops (a change queued hooks on more units than it allows)"
+            "{text}: a change wrote more keys than etcd's --max-txn-ops allows (deploy fewer units at once, or raise it)"
         ));
     }
     StoreError::Unavailable(format!("etcd: {text}"))
