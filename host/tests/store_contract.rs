@@ -1283,6 +1283,81 @@ async fn drain(store: &dyn Store, units: &[&str]) {
     }
 }
 
+/// A change that fires hooks on many units (more than the etcd store queues within the
+/// change's own transaction: it leaves them in an outbox, moved into the queues by bounded
+/// follow-up transactions) queues every one of them, coalesced as hooks on a few units are:
+/// relation-joined and the first relation-changed about each remote unit always; a
+/// relation-changed equal to one already waiting behind the head of the queue is not
+/// queued again.
+async fn hooks_on_many_units_are_all_queued_and_coalesced(store: &dyn Store) {
+    const UNITS: usize = 100;
+    let requires = vec![endpoint("db", RelationRole::Requires, "pgsql")];
+    store.add_application(app("big", requires)).await.unwrap();
+    let provides = vec![endpoint("db", RelationRole::Provides, "pgsql")];
+    store.add_application(app("db", provides)).await.unwrap();
+    let mut big = Vec::new();
+    for _ in 0..UNITS {
+        big.push(store.add_unit("big").await.unwrap());
+    }
+    store.add_unit("db").await.unwrap();
+    let (rel, _) = store
+        .add_relation("pgsql", vec![side("big", "db"), side("db", "db")])
+        .await
+        .unwrap();
+    let joined_db0 = Hook::RelationJoined(about(rel.id, "db", "db", Some("db/0")));
+    let changed_db0 = Hook::RelationChanged(about(rel.id, "db", "db", Some("db/0")));
+    let count = |hooks: &[Hook], hook: &Hook| hooks.iter().filter(|h| *h == hook).count();
+    for unit in &big {
+        let queue = store.queued(unit).await.unwrap();
+        assert_increasing(&queue);
+        let hooks = hooks_of(&queue);
+        assert_eq!(count(&hooks, &joined_db0), 1, "{unit}: {hooks:?}");
+        assert_eq!(count(&hooks, &changed_db0), 1, "{unit}: {hooks:?}");
+    }
+    let db0 = hooks_of(&store.queued("db/0").await.unwrap());
+    for unit in &big {
+        let joined = Hook::RelationJoined(about(rel.id, "db", "big", Some(unit)));
+        let changed = Hook::RelationChanged(about(rel.id, "db", "big", Some(unit)));
+        assert_eq!(count(&db0, &joined), 1, "db/0 on {unit}");
+        assert_eq!(count(&db0, &changed), 1, "db/0 on {unit}");
+    }
+
+    // db/0's bag changes three times: each unit of big hears of it once at its head, then
+    // once behind it; the third change coalesces with the second.
+    let mut units: Vec<&str> = big.iter().map(String::as_str).collect();
+    units.push("db/0");
+    drain(store, &units).await;
+    let mut seqs = BTreeMap::new();
+    for value in ["a", "b", "c"] {
+        let changes = Changes {
+            unit_bags: BTreeMap::from([(rel.id, writes(&[("host", Some(value))]))]),
+            ..Changes::default()
+        };
+        let done = store.commit("db/0", None, &changes, None).await.unwrap();
+        assert_eq!(done.receipt.unit_bags_changed, [rel.id]);
+        for q in &done.queued {
+            assert_eq!(q.hook, changed_db0);
+        }
+        for unit in &big {
+            let queue = store.queued(unit).await.unwrap();
+            assert_increasing(&queue);
+            assert!(
+                queue.iter().all(|q| q.hook == changed_db0),
+                "{unit}: {queue:?}"
+            );
+            let was = seqs.insert(unit.clone(), queue.clone());
+            match value {
+                "a" => assert_eq!(queue.len(), 1, "{unit}"),
+                "b" => {
+                    assert_eq!(queue.len(), 2, "{unit}");
+                    assert_eq!(queue[0], was.unwrap()[0], "{unit}: the head moved");
+                }
+                _ => assert_eq!(Some(queue), was, "{unit}: not coalesced"),
+            }
+        }
+    }
+}
+
 fn app(name: &str, relations: Vec<EndpointMeta>) -> ApplicationRecord {
     ApplicationRecord {
         name: name.into(),
@@ -3134,6 +3209,7 @@ contract! {
     enqueue_coalesces_behind_the_head,
     committing_a_queued_hook_applies_it_once,
     commits_queue_the_hooks_they_fire,
+    hooks_on_many_units_are_all_queued_and_coalesced,
     fenced_out_commit_keeps_its_hook_queued,
     a_commit_whose_hook_read_changed_is_stale_and_applies_nothing,
     what_a_hook_did_not_read_does_not_make_its_commit_stale,

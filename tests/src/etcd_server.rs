@@ -110,9 +110,9 @@ impl EtcdServer {
             .arg(format!("--advertise-client-urls={client}"))
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster={}", self.initial_cluster))
-            // Relating applications of many units queues hooks on each in one transaction.
-            .arg("--max-txn-ops=10000");
+            // etcd's default limits (128 operations a transaction, 1.5 MiB a request), as
+            // operators run it.
+            .arg(format!("--initial-cluster={}", self.initial_cluster));
         if let Some(tls) = &self.tls {
             command
                 .arg(format!(

@@ -26,6 +26,8 @@ pub struct Guests {
     pub empty: PathBuf,
     /// `tests/guests/replay`: a charm of our world that makes the host calls it is given.
     pub replay: PathBuf,
+    /// `charms/postgresql`, built as `make demo` builds it.
+    pub postgresql: PathBuf,
 }
 
 /// Builds the guests for `wasm32-wasip2` with the `charm` profile, in a target directory of
@@ -46,7 +48,16 @@ pub fn guests() -> Guests {
             "--target",
             "wasm32-wasip2",
         ])
-        .args(["-p", "discourse", "-p", "empty", "-p", "replay"])
+        .args([
+            "-p",
+            "discourse",
+            "-p",
+            "postgresql",
+            "-p",
+            "empty",
+            "-p",
+            "replay",
+        ])
         .env("CARGO_TARGET_DIR", &target)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTFLAGS")
@@ -59,6 +70,7 @@ pub fn guests() -> Guests {
         discourse: built.join("discourse.wasm"),
         empty: built.join("empty.wasm"),
         replay: built.join("replay.wasm"),
+        postgresql: built.join("postgresql.wasm"),
     }
 }
 

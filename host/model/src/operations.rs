@@ -262,11 +262,16 @@ pub(crate) fn units_by_app<'a, T: ModelTx + ?Sized>(
 /// Queues hooks in order, each on its unit, and returns those queued. A hook equal to one
 /// already waiting on its unit behind the first, which may be running (counting those this
 /// call queued), is not queued again: Juju coalesces the same way ([`coalesces`]). A unit
-/// that does not exist fails the whole call.
+/// that does not exist fails the whole call. Hooks the store defers
+/// ([`ModelTx::defers_queueing`]) are coalesced the same way as they reach their queues, and
+/// are not returned.
 pub fn enqueue<T: ModelTx + ?Sized>(
     tx: &mut T,
     hooks: impl IntoIterator<Item = (String, Hook)>,
 ) -> Result<Vec<QueuedHook>, StoreError> {
+    let hooks: Vec<(String, Hook)> = hooks.into_iter().collect();
+    let units: std::collections::BTreeSet<&str> = hooks.iter().map(|(u, _)| u.as_str()).collect();
+    let deferred = tx.defers_queueing(units.len())?;
     let mut queued = Vec::new();
     for (unit, hook) in hooks {
         // The queue as it stands in this step: with the hooks this call queued.
@@ -276,7 +281,9 @@ pub fn enqueue<T: ModelTx + ?Sized>(
             Some(false) => {}
         }
         let seq = tx.enqueue(&unit, &hook)?;
-        queued.push(QueuedHook { unit, seq, hook });
+        if !deferred {
+            queued.push(QueuedHook { unit, seq, hook });
+        }
     }
     Ok(queued)
 }

@@ -46,11 +46,21 @@
 //! Content-addressed: chunks left by an upgrade that was then refused are harmless, and
 //! writing them again writes the same bytes.
 //!
-//! # Limits
+//! # Outboxes: hooks on many units
 //!
-//! etcd refuses transactions of more than `--max-txn-ops` operations (128 by default). A
-//! commit writes one key per unit it queues hooks on, so relating two applications of more
-//! than about sixty units each needs a larger limit; the error says so.
+//! etcd refuses transactions of more than `--max-txn-ops` operations or compares (128 by
+//! default). A change that queues hooks on more than [`DIRECT_QUEUES`] units (a commit
+//! firing relation-changed on every unit of a large application, a relation between large
+//! applications) does not write their queues: its `Txn` writes one key instead,
+//! `outbox/<seq>`, listing the hooks with their seqs, and `outbox-cursor/<seq>`, how many
+//! of them reached their queues, is advanced by follow-up transactions that each move the
+//! hooks of at most [`DELIVERY_UNITS`] units into their queues, compared against the
+//! cursor so each hook is queued exactly once. The hooks are as durable as the change (one
+//! `Txn`); the host that made the change delivers them at once, and every host with agents
+//! looks for outboxes left behind (its host crashed) every [`OUTBOX_SWEEP`]. A hook
+//! reaching a queue where an equal hook already waits behind the first is coalesced, as
+//! one queued directly is; a hook for a unit removed meanwhile is dropped. So a
+//! transaction's size does not grow with the number of units it fires hooks on.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -90,6 +100,14 @@ const MAX_ATTEMPTS: u32 = 64;
 pub const MODULE_CHUNK: usize = 512 * 1024;
 /// Bits of a seq below the revision: the index of a hook among those one change queues.
 const SEQ_INDEX_BITS: u32 = 20;
+/// A change queuing hooks on more units than this writes an outbox instead (each direct
+/// queue is a put and up to two compares, against etcd's default limit of 128 each).
+pub const DIRECT_QUEUES: usize = 24;
+/// The units whose hooks one delivery transaction moves from an outbox into their queues:
+/// a put and two compares each.
+pub const DELIVERY_UNITS: usize = 40;
+/// How often a host with agents looks for outboxes whose host did not deliver them.
+pub const OUTBOX_SWEEP: Duration = Duration::from_secs(1);
 
 mod access;
 mod members;
@@ -172,6 +190,14 @@ struct AppDoc {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct QueueEntry {
+    seq: u64,
+    hook: Hook,
+}
+
+/// A hook an outbox holds for a unit's queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct OutboxEntry {
+    unit: String,
     seq: u64,
     hook: Hook,
 }
@@ -372,6 +398,150 @@ impl EtcdStore {
     }
     fn pod_spec_key(&self, app: &str) -> String {
         self.key(format_args!("pod-specs/{app}"))
+    }
+    fn outbox_key(&self, first_seq: u64) -> String {
+        self.key(format_args!("outbox/{first_seq:020}"))
+    }
+    fn outbox_cursor_key(&self, outbox: &str) -> String {
+        let id = outbox.rsplit('/').next().unwrap_or_default();
+        self.key(format_args!("outbox-cursor/{id}"))
+    }
+
+    /// Moves the hooks of outbox `key` into their units' queues, [`DELIVERY_UNITS`] units a
+    /// transaction, then deletes it (see the module doc). Another host delivering the same
+    /// outbox meanwhile is harmless: each transaction compares the cursor it advances.
+    async fn deliver(&self, key: &str) -> Result<(), StoreError> {
+        let cursor_key = self.outbox_cursor_key(key);
+        let mut conflicts = 0;
+        loop {
+            let reads = [Read::Key(key.to_string()), Read::Key(cursor_key.clone())];
+            let seen = self.read(&reads, None).await?;
+            let revision = seen.revision;
+            let mut results = seen.results.into_iter();
+            let Some(outbox) = results.next().and_then(|kvs| kvs.into_iter().next()) else {
+                return Ok(());
+            };
+            let cursor_kv = results.next().and_then(|kvs| kvs.into_iter().next());
+            let entries: Vec<OutboxEntry> = decode_value(key, outbox.value())?;
+            let from: usize = match &cursor_kv {
+                Some(kv) => decode_value(&cursor_key, kv.value())?,
+                None => 0,
+            };
+            // The next entries, up to the first of a unit beyond the batch's.
+            let mut units: Vec<&str> = Vec::new();
+            let mut to = from;
+            for entry in &entries[from.min(entries.len())..] {
+                if !units.contains(&entry.unit.as_str()) {
+                    if units.len() == DELIVERY_UNITS {
+                        break;
+                    }
+                    units.push(&entry.unit);
+                }
+                to += 1;
+            }
+            let unit_reads: Vec<Read> = units
+                .iter()
+                .flat_map(|u| [Read::Key(self.unit_key(u)), Read::Key(self.queue_key(u))])
+                .collect();
+            let got = self.read(&unit_reads, Some(revision)).await?;
+            let mut compares = vec![
+                unchanged(key, Some(&outbox)),
+                unchanged(&cursor_key, cursor_kv.as_ref()),
+            ];
+            let mut ops = Vec::new();
+            let mut got = got.results.into_iter();
+            for unit in &units {
+                let unit_kv = got.next().and_then(|kvs| kvs.into_iter().next());
+                let queue_kv = got.next().and_then(|kvs| kvs.into_iter().next());
+                let queue_key = self.queue_key(unit);
+                compares.push(unchanged(&self.unit_key(unit), unit_kv.as_ref()));
+                compares.push(unchanged(&queue_key, queue_kv.as_ref()));
+                if unit_kv.is_none() {
+                    // Removed since: changes no longer reach it.
+                    continue;
+                }
+                let mut queue: Vec<QueueEntry> = match &queue_kv {
+                    Some(kv) => decode_value(&queue_key, kv.value())?,
+                    None => Vec::new(),
+                };
+                let mut changed = false;
+                for entry in entries[from..to].iter().filter(|e| e.unit == *unit) {
+                    let hooks: Vec<Hook> = queue.iter().map(|q| q.hook.clone()).collect();
+                    if queue.iter().any(|q| q.seq == entry.seq)
+                        || super::routing::coalesces(&hooks, &entry.hook)
+                    {
+                        continue;
+                    }
+                    // In seq order behind the head, which may be running.
+                    let at = queue
+                        .iter()
+                        .enumerate()
+                        .skip(1)
+                        .find(|(_, q)| q.seq > entry.seq)
+                        .map_or(queue.len(), |(i, _)| i);
+                    queue.insert(
+                        at,
+                        QueueEntry {
+                            seq: entry.seq,
+                            hook: entry.hook.clone(),
+                        },
+                    );
+                    changed = true;
+                }
+                if changed {
+                    ops.push(TxnOp::put(queue_key.as_str(), encode(&queue), None));
+                }
+            }
+            let done = to >= entries.len();
+            if done {
+                ops.push(TxnOp::delete(key, None));
+                ops.push(TxnOp::delete(cursor_key.as_str(), None));
+            } else {
+                ops.push(TxnOp::put(cursor_key.as_str(), encode(&to), None));
+            }
+            if self.write(compares, ops).await? {
+                if done {
+                    return Ok(());
+                }
+            } else {
+                conflicts += 1;
+                if conflicts >= MAX_ATTEMPTS {
+                    return Err(Self::contended("delivering hooks"));
+                }
+            }
+        }
+    }
+
+    /// Delivers every outbox left in the store (see [`deliver`](Self::deliver)).
+    async fn deliver_all(&self) -> Result<(), StoreError> {
+        let prefix = self.key("outbox/");
+        let resp = self
+            .client
+            .kv_client()
+            .get(
+                prefix,
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await
+            .map_err(unavailable)?;
+        for kv in resp.kvs() {
+            self.deliver(&String::from_utf8_lossy(kv.key())).await?;
+        }
+        Ok(())
+    }
+
+    /// Looks for outboxes left behind every [`OUTBOX_SWEEP`], for as long as the store lives.
+    fn start_courier(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(OUTBOX_SWEEP).await;
+                let Some(store) = weak.upgrade() else { return };
+                if let Err(e) = store.deliver_all().await {
+                    tracing::debug!("outboxes not delivered yet: {e}");
+                }
+            }
+        });
     }
 
     async fn open_model(&self) -> Result<(), StoreError> {
@@ -925,6 +1095,7 @@ impl StateStore for EtcdStore {
     fn queue_signal(self: Arc<Self>, unit: &str) -> Option<Arc<Notify>> {
         if self.watching.set(()).is_ok() {
             self.start_watch();
+            self.start_courier();
         }
         Some(self.signal(unit))
     }
@@ -955,6 +1126,12 @@ struct EtcdTx<'s> {
     writes: BTreeMap<String, Option<Vec<u8>>>,
     /// Hooks queued so far in this run of the operation.
     queued: usize,
+    /// Whether hooks queued from now on go to the outbox ([`ModelTx::defers_queueing`]).
+    defer: bool,
+    /// The hooks for the outbox, in order.
+    deferred: Vec<OutboxEntry>,
+    /// The outbox this run writes, once sealed.
+    outbox: Option<String>,
 }
 
 impl<'s> EtcdTx<'s> {
@@ -971,6 +1148,20 @@ impl<'s> EtcdTx<'s> {
             lease_terms: BTreeMap::new(),
             writes: BTreeMap::new(),
             queued: 0,
+            defer: false,
+            deferred: Vec::new(),
+            outbox: None,
+        }
+    }
+
+    /// Writes the outbox of the hooks deferred, if any: one key, created by this step.
+    fn seal(&mut self) {
+        if let Some(first) = self.deferred.first() {
+            let key = self.store.outbox_key(first.seq);
+            let value = encode(&self.deferred);
+            self.created.insert(key.clone());
+            self.writes.insert(key.clone(), Some(value));
+            self.outbox = Some(key);
         }
     }
 
@@ -1000,6 +1191,9 @@ impl<'s> EtcdTx<'s> {
         self.lease_terms.clear();
         self.writes.clear();
         self.queued = 0;
+        self.defer = false;
+        self.deferred.clear();
+        self.outbox = None;
     }
 
     fn covering_prefix(&self, key: &str) -> Option<&String> {
@@ -1570,9 +1764,33 @@ impl ModelTx for EtcdTx<'_> {
         Ok(())
     }
 
+    fn defers_queueing(&mut self, units: usize) -> TxResult<bool> {
+        self.defer |= units > DIRECT_QUEUES;
+        Ok(self.defer)
+    }
+
+    fn coalesces(&mut self, unit: &str, hook: &Hook) -> TxResult<Option<bool>> {
+        if self.defer {
+            // Decided as the hook reaches the queue, without reading it here.
+            return Ok(Some(false));
+        }
+        Ok(self
+            .queued_hooks(unit)?
+            .map(|queue| super::routing::coalesces(&queue, hook)))
+    }
+
     fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64> {
-        let mut queue = self.queue(unit)?;
         let seq = seq_at(self.revision, self.queued);
+        if self.defer {
+            self.queued += 1;
+            self.deferred.push(OutboxEntry {
+                unit: unit.to_string(),
+                seq,
+                hook: hook.clone(),
+            });
+            return Ok(seq);
+        }
+        let mut queue = self.queue(unit)?;
         self.queued += 1;
         queue.push(QueueEntry {
             seq,
@@ -1657,10 +1875,20 @@ impl EtcdStore {
                     tx.restart();
                     continue;
                 }
-                if matches!(verdict, Verdict::Abort(_))
-                    || tx.writes.is_empty()
-                    || self.write(tx.compares(), tx.ops()).await?
-                {
+                if matches!(verdict, Verdict::Abort(_)) {
+                    return Ok(());
+                }
+                tx.seal();
+                if tx.writes.is_empty() {
+                    return Ok(());
+                }
+                if self.write(tx.compares(), tx.ops()).await? {
+                    if let Some(outbox) = &tx.outbox
+                        && let Err(e) = self.deliver(outbox).await
+                    {
+                        // Applied all the same: a host's sweep delivers it later.
+                        tracing::debug!("{}: hooks left in {outbox}: {e}", step.describe());
+                    }
                     return Ok(());
                 }
                 break;

@@ -39,6 +39,15 @@
 //! hook's writes, so a host that crashes after the commit and runs the hook again has its
 //! second commit refused ([`CommitError::NotQueued`]) instead of applied twice.
 //!
+//! # Waking agents of other processes
+//!
+//! SQLite tells no connection about another's commits, but `PRAGMA data_version` on a
+//! connection changes when any other connection has committed to the file. While agents
+//! wait on a file's queues ([`StateStore::queue_signal`]), a thread of the store checks it
+//! on a connection of its own every [`WAKE_POLL`]; when it moved, it reads the hooks queued
+//! since it last looked (`seq` only grows) and wakes the agents of their units. A hook
+//! another host queued is picked up within milliseconds, not at the agents' own poll.
+//!
 //! # Schema versions
 //!
 //! The schema's version is `PRAGMA user_version`; each migration (`schema/v<N>.sql`) moves
@@ -47,10 +56,10 @@
 //! [`StoreError::Corrupt`] before anything is written to it: these checks run on a read-only
 //! connection.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::config::DbConfig;
@@ -58,6 +67,7 @@ use rusqlite::types::ToSql;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
 
 use charm_model::error::not_found;
 use charm_model::tx::{
@@ -78,6 +88,10 @@ use crate::model::{
 /// unavailable. Commits hold the lock for well under a millisecond; this covers a checkpoint
 /// or a slow disk, and stays far below lease durations so a renewal can still be retried.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often the wake-up thread asks whether another connection committed: each check is one
+/// `PRAGMA data_version`, a read of shared memory, no disk.
+pub const WAKE_POLL: Duration = Duration::from_millis(2);
 
 /// The schema version this host writes: the number of migrations.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
@@ -117,6 +131,12 @@ pub struct SqliteStore {
     conn: Mutex<Connection>,
     configs: ConfigMemo,
     specs: EncodedSpecs,
+    /// Wake-ups for agents idle on a unit's queue, by unit.
+    signals: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Set once the wake-up thread runs.
+    watching: OnceLock<()>,
+    /// Seqs of hooks this handle queued that the wake-up thread has not passed yet.
+    queued_here: Mutex<BTreeSet<i64>>,
 }
 
 /// Each application's last committed pod spec write with its JSON texts: a charm that sets
@@ -317,7 +337,33 @@ impl SqliteStore {
             conn: Mutex::new(conn),
             configs: ConfigMemo::default(),
             specs: EncodedSpecs::default(),
+            signals: Mutex::new(HashMap::new()),
+            watching: OnceLock::new(),
+            queued_here: Mutex::new(BTreeSet::new()),
         })
+    }
+
+    /// Starts the thread that wakes agents when another connection queued hooks for their
+    /// units (see the module doc); it ends with the store. Not for a store in memory, which
+    /// no other connection shares.
+    fn start_wake_thread(self: &Arc<Self>) {
+        let Some(path) = self.path.clone() else {
+            return;
+        };
+        let store = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("sqlite-wake".into())
+            .spawn(move || {
+                if let Err(e) = wake_agents(&path, &store) {
+                    tracing::warn!(
+                        "{}: hooks other hosts queue are picked up at the agents' poll only: {e}",
+                        path.display()
+                    );
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the SQLite wake-up thread: {e}");
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {
@@ -997,6 +1043,8 @@ struct SqliteTx<'c> {
     specs: &'c EncodedSpecs,
     /// The pod spec texts [`ModelTx::pod_spec_state`] encoded, for the write that follows.
     spec_texts: Option<(String, Option<String>)>,
+    /// The seqs of the hooks this step queued.
+    queued: Vec<i64>,
 }
 
 impl SqliteTx<'_> {
@@ -1637,7 +1685,9 @@ impl ModelTx for SqliteTx<'_> {
             "INSERT INTO hook_queue (unit, hook) VALUES (?1, ?2)",
             [unit, encode(hook).as_str()],
         )?;
-        Ok(to_u64(self.conn.last_insert_rowid()))
+        let seq = self.conn.last_insert_rowid();
+        self.queued.push(seq);
+        Ok(to_u64(seq))
     }
 }
 
@@ -1654,22 +1704,94 @@ impl SqliteStore {
             HookTx::read(&conn)
         }
         .db()?;
-        let verdict = op(&mut SqliteTx {
+        let mut step = SqliteTx {
             conn: &tx,
             configs: &self.configs,
             specs: &self.specs,
             spec_texts: None,
-        });
+            queued: Vec::new(),
+        };
+        let verdict = op(&mut step);
+        let queued = std::mem::take(&mut step.queued);
         if write && verdict == Verdict::Apply {
             tx.commit().db()?;
+            // This process's agents hear of these from the commit's answer: the wake-up
+            // thread need not wake them again.
+            if !queued.is_empty() && self.watching.get().is_some() {
+                self.queued_here
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(queued);
+            }
         }
         Ok(())
+    }
+}
+
+/// The wake-up thread's loop: while `store` lives, every [`WAKE_POLL`] it checks whether
+/// another connection committed, and wakes the agents of the units with hooks queued since.
+fn wake_agents(path: &Path, store: &Weak<SqliteStore>) -> rusqlite::Result<()> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let version = |conn: &Connection| -> rusqlite::Result<i64> {
+        conn.query_row("PRAGMA data_version", [], |r| r.get(0))
+    };
+    // Hooks queued before now are in the queues the agents loaded when they started.
+    let mut seen: i64 =
+        conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM hook_queue", [], |r| {
+            r.get(0)
+        })?;
+    let mut last = version(&conn)?;
+    loop {
+        std::thread::sleep(WAKE_POLL);
+        let Some(store) = store.upgrade() else {
+            return Ok(());
+        };
+        let now = version(&conn)?;
+        if now == last {
+            continue;
+        }
+        last = now;
+        let mut select =
+            conn.prepare_cached("SELECT seq, unit FROM hook_queue WHERE seq > ?1 ORDER BY seq")?;
+        let queued: Vec<(i64, String)> = select
+            .query_map([seen], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        let mut here = store.queued_here.lock().unwrap_or_else(|e| e.into_inner());
+        let signals = store.signals.lock().unwrap_or_else(|e| e.into_inner());
+        for (seq, unit) in queued {
+            seen = seen.max(seq);
+            if here.remove(&seq) {
+                continue;
+            }
+            if let Some(signal) = signals.get(&unit) {
+                signal.notify_one();
+            }
+        }
+        // Those left behind were rolled back, or passed before they were noted here.
+        *here = here.split_off(&(seen + 1));
     }
 }
 
 impl StateStore for SqliteStore {
     fn model_name(&self) -> &str {
         &self.model
+    }
+
+    fn queue_signal(self: Arc<Self>, unit: &str) -> Option<Arc<Notify>> {
+        self.path.as_ref()?;
+        let signal = self
+            .signals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(unit.to_string())
+            .or_default()
+            .clone();
+        self.watching.get_or_init(|| self.start_wake_thread());
+        Some(signal)
     }
 
     fn step<'a>(&'a self, step: Step<'a>, op: &'a mut StepOp<'a>) -> StoreFuture<'a, ()> {
