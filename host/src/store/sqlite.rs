@@ -841,13 +841,17 @@ fn read_bag(conn: &Connection, sql: &str, owner: &[&dyn ToSql]) -> Result<Bag, S
 }
 
 /// Keyed bags of one relation: owner -> key -> value.
+/// Up to how many owners' bags are read one owner at a time.
+const FEW_BAGS: usize = 8;
+
+/// The bags `sql` selects with `params`, as (owner, key, value) rows, by owner.
 fn read_relation_bags(
     conn: &Connection,
     sql: &str,
-    relation: RelationId,
+    params: impl rusqlite::Params,
 ) -> Result<BTreeMap<String, Bag>, StoreError> {
     let mut stmt = conn.prepare_cached(sql).db()?;
-    let mut rows = stmt.query([relation]).db()?;
+    let mut rows = stmt.query(params).db()?;
     let mut bags: BTreeMap<String, Bag> = BTreeMap::new();
     while let Some(r) = rows.next().db()? {
         let (owner, key, value): (String, String, String) =
@@ -1056,13 +1060,25 @@ impl SqliteTx<'_> {
     }
 
     /// The bags of `owners` among one relation's bags, read with `sql`.
+    /// The bags of `owners` in relation `id`: read with `all` (the relation's every bag)
+    /// when they are many, else each with `one` (an owner's bag, `?2`), so that a unit
+    /// with one remote unit reads two bags, not those of the relation's every unit.
     fn bags(
         &self,
-        sql: &str,
+        all: &str,
+        one: &str,
         id: RelationId,
         owners: &[&str],
     ) -> Result<Vec<SharedBag>, StoreError> {
-        let mut stored = read_relation_bags(self.conn, sql, id)?;
+        let mut stored = if owners.len() > FEW_BAGS {
+            read_relation_bags(self.conn, all, (id,))?
+        } else {
+            let mut stored = BTreeMap::new();
+            for owner in owners {
+                stored.extend(read_relation_bags(self.conn, one, (id, owner))?);
+            }
+            stored
+        };
         let mut bags: Vec<SharedBag> = Vec::with_capacity(owners.len());
         for (i, owner) in owners.iter().enumerate() {
             let bag = match stored.remove(*owner) {
@@ -1343,6 +1359,7 @@ impl ModelTx for SqliteTx<'_> {
     fn unit_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>> {
         self.bags(
             "SELECT unit, key, value FROM relation_unit_bags WHERE relation = ?1",
+            "SELECT unit, key, value FROM relation_unit_bags WHERE relation = ?1 AND unit = ?2",
             id,
             of,
         )
@@ -1351,6 +1368,7 @@ impl ModelTx for SqliteTx<'_> {
     fn app_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>> {
         self.bags(
             "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1",
+            "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1 AND app = ?2",
             id,
             of,
         )
