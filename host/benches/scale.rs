@@ -228,6 +228,8 @@ async fn settle(
                     .push(Instant::now());
             }
         }))),
+        // As `charm-host run` sets it.
+        ownership: std::env::var("SCALE_OWNERSHIP").is_ok_and(|v| v == "1"),
         ..ControllerConfig::default()
     };
     reset_peak_rss();

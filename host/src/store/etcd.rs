@@ -282,6 +282,9 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).expect("store documents serialize")
 }
 
+/// Up to how many bags a step reads one key at a time rather than the relation's prefix.
+const FEW_BAGS: usize = 8;
+
 /// A compare that holds while `key` is as it was read (`seen`: absent if `None`).
 fn unchanged(key: &str, seen: Option<&KeyValue>) -> Compare {
     Compare::mod_revision(
@@ -1290,7 +1293,19 @@ impl<'s> EtcdTx<'s> {
     }
 
     /// The bags under one relation's bags prefix of these keys, in order.
+    /// The bags at `keys` in relation `id`: each read by its key when they are few, so
+    /// that the step depends on those bags alone (a unit with one remote unit does not
+    /// conflict with every other unit's bag write); else the relation's bags at once.
     fn bags(&mut self, id: RelationId, keys: Vec<String>) -> Result<Vec<SharedBag>, StoreError> {
+        if keys.len() <= FEW_BAGS {
+            return keys
+                .iter()
+                .map(|k| {
+                    let bag = self.get(k).map(|v| decode_value::<Bag>(k, &v));
+                    Ok(Arc::new(bag.transpose()?.unwrap_or_default()))
+                })
+                .collect();
+        }
         let stored: BTreeMap<String, Vec<u8>> =
             self.scan(&self.store.bags_prefix(id)).into_iter().collect();
         keys.iter()
