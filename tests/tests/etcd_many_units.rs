@@ -5,6 +5,9 @@
 //! of them: more queues than one transaction may write, so the hooks go through the etcd
 //! store's outboxes. Settled means every unit active with nothing queued, every outbox
 //! delivered, one leader per application, discourse's pod spec set.
+//!
+//! `ETCD_MANY_UNITS=1000` runs it with another number of discourse units (300 by default)
+//! and prints how long they took to settle (`-- --nocapture`).
 
 #![cfg(feature = "etcd")]
 
@@ -16,7 +19,12 @@ use charm_tests::etcd_server::EtcdServer;
 use charm_tests::guests;
 
 /// discourse's units; postgresql has one.
-const UNITS: usize = 300;
+fn units() -> usize {
+    std::env::var("ETCD_MANY_UNITS")
+        .ok()
+        .map(|n| n.parse().expect("ETCD_MANY_UNITS: a number of units"))
+        .unwrap_or(300)
+}
 const HOSTS: usize = 3;
 
 /// The units host `i` runs: discourse's by their number's last digit, postgresql/0 on the
@@ -43,6 +51,7 @@ impl Drop for Hosts {
 
 #[test]
 fn several_hundred_units_across_hosts_settle_on_etcd_defaults() {
+    let units = units();
     let etcd = EtcdServer::start();
     let spec = etcd.store_spec("models/many");
     let dir = tempfile::tempdir().unwrap();
@@ -52,7 +61,7 @@ fn several_hundred_units_across_hosts_settle_on_etcd_defaults() {
     std::fs::write(
         &bundle,
         format!(
-            "applications:\n  discourse: {{charm: discourse.wasm, num_units: {UNITS}}}\n  postgresql: {{charm: postgresql.wasm, num_units: 1}}\nrelations:\n  - [\"discourse:db\", \"postgresql:db\"]\n"
+            "applications:\n  discourse: {{charm: discourse.wasm, num_units: {units}}}\n  postgresql: {{charm: postgresql.wasm, num_units: 1}}\nrelations:\n  - [\"discourse:db\", \"postgresql:db\"]\n"
         ),
     )
     .unwrap();
@@ -93,10 +102,10 @@ fn several_hundred_units_across_hosts_settle_on_etcd_defaults() {
     // The first host deploys the bundle; the others resume it once it is in the store.
     hosts.0.push(start(0));
     let began = Instant::now();
-    let limit = Duration::from_secs(240);
+    let limit = Duration::from_secs(240.max(units as u64 / 2));
     loop {
         let status = rt.block_on(store.status());
-        if status.is_ok_and(|s| s.units.len() == UNITS + 1) {
+        if status.is_ok_and(|s| s.units.len() == units + 1) {
             break;
         }
         assert!(
@@ -113,7 +122,7 @@ fn several_hundred_units_across_hosts_settle_on_etcd_defaults() {
     // Settled twice, further apart than a host's sweep for outboxes left behind.
     let mut settled_at: Option<Instant> = None;
     loop {
-        let unsettled = what_is_unsettled(&rt, &store);
+        let unsettled = what_is_unsettled(&rt, &store, units);
         if !unsettled.is_empty() {
             settled_at = None;
         } else if settled_at.is_some_and(|t| t.elapsed() > Duration::from_millis(1500)) {
@@ -138,18 +147,18 @@ fn several_hundred_units_across_hosts_settle_on_etcd_defaults() {
     let settled = settled_at.map_or(began.elapsed(), |t| t - began);
     eprintln!(
         "{} units on {HOSTS} hosts settled in {:.1} s on etcd's default limits",
-        UNITS + 1,
+        units + 1,
         settled.as_secs_f64()
     );
 }
 
 /// What keeps the model from being settled, or "" if it is.
-fn what_is_unsettled(rt: &tokio::runtime::Runtime, store: &EtcdStore) -> String {
+fn what_is_unsettled(rt: &tokio::runtime::Runtime, store: &EtcdStore, units: usize) -> String {
     let status = match rt.block_on(store.status()) {
         Ok(status) => status,
         Err(e) => return format!("no status: {e}"),
     };
-    if status.units.len() != UNITS + 1 {
+    if status.units.len() != units + 1 {
         return format!("{} units", status.units.len());
     }
     let inactive: Vec<&str> = status
