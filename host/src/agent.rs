@@ -96,9 +96,32 @@ impl HookExecutor for Charm {
     }
 }
 
-/// How many conflicting commits in a row rerun their hook at once, before the retries back
-/// off as for other transient failures.
+/// How many conflicting commits in a row rerun their hook at once, before the reruns back
+/// off ([`stale_backoff`]).
 const STALE_AT_ONCE: u32 = 3;
+
+/// The longest wait before a hook whose commits keep conflicting runs again.
+const STALE_MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The wait before the rerun of a hook after `conflicts` conflicting commits in a row: none
+/// for the first few, then from 1 ms doubling to [`STALE_MAX_BACKOFF`], spread by the unit
+/// so that units conflicting with each other do not rerun in step. A conflict means other
+/// units' commits went through, not that the store is failing: the backoff of other
+/// transient failures (seconds) would leave a unit that reads much of a busy model (a
+/// database's leader with a thousand clients) idle while its queue grows.
+fn stale_backoff(unit: &str, conflicts: u32) -> Duration {
+    if conflicts <= STALE_AT_ONCE {
+        return Duration::ZERO;
+    }
+    let base = Duration::from_millis(1)
+        .saturating_mul(1 << (conflicts - STALE_AT_ONCE - 1).min(16))
+        .min(STALE_MAX_BACKOFF);
+    // A factor in [0.5, 1.5) from the unit's name (FNV-1a).
+    let hash = unit.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    base.mul_f64(0.5 + (hash % 1024) as f64 / 1024.0)
+}
 
 /// How often a unit in error looks whether the operator resolved it.
 const RESOLVED_POLL: Duration = Duration::from_secs(1);
@@ -417,8 +440,13 @@ impl UnitAgent {
                         tracing::info!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
                     }
                     // A hook that read stale data runs again at once on fresh data; only
-                    // a run of conflicts backs off.
-                    if kind != HookResultKind::Stale || transient_failures > STALE_AT_ONCE {
+                    // a run of conflicts backs off, briefly.
+                    if kind == HookResultKind::Stale {
+                        let wait = stale_backoff(&self.unit, transient_failures);
+                        if !wait.is_zero() {
+                            sleep(wait).await;
+                        }
+                    } else {
                         sleep(self.retry.backoff(transient_failures)).await;
                     }
                 }
@@ -801,5 +829,30 @@ impl Drop for UnitAgent {
             dropped += 1;
         }
         self.shared.pending.done(dropped);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conflicting_commits_rerun_at_once_then_back_off_briefly() {
+        for conflicts in 1..=STALE_AT_ONCE {
+            assert_eq!(stale_backoff("db/0", conflicts), Duration::ZERO);
+        }
+        let waits: Vec<Duration> = (STALE_AT_ONCE + 1..STALE_AT_ONCE + 40)
+            .map(|n| stale_backoff("db/0", n))
+            .collect();
+        assert!(waits[0] > Duration::ZERO && waits[0] < Duration::from_millis(2));
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
+        // Never the seconds of other transient failures, however long the conflicts last.
+        assert!(waits.iter().all(|w| *w < STALE_MAX_BACKOFF.mul_f64(1.5)));
+        assert!(*waits.last().unwrap() >= STALE_MAX_BACKOFF / 2);
+        // Units conflicting with each other do not all rerun in step.
+        let spread: std::collections::BTreeSet<Duration> = (0..20)
+            .map(|i| stale_backoff(&format!("forum/{i}"), STALE_AT_ONCE + 5))
+            .collect();
+        assert!(spread.len() > 10, "{spread:?}");
     }
 }
