@@ -593,6 +593,9 @@ impl UnitAgent {
             pod_spec_revision: None,
             refused_not_leader,
         };
+        // Refused as no longer queued: an earlier run's commit applied it, and this run's
+        // writes are not applied again.
+        let mut already_committed = false;
         let result = match run.outcome {
             HookOutcome::Succeeded => {
                 // The same rule as the epoch deadline's, once more before the commit.
@@ -617,7 +620,10 @@ impl UnitAgent {
                     match self.store.commit_hook(commit).await {
                         Ok(committed) => Ok(committed),
                         // A host that crashed after this commit applied it already.
-                        Err(CommitError::NotQueued { .. }) => Ok(Committed::default()),
+                        Err(CommitError::NotQueued { .. }) => {
+                            already_committed = true;
+                            Ok(Committed::default())
+                        }
                         Err(CommitError::Store(StoreError::NotFound(what)))
                             if what == format!("unit {}", self.unit) =>
                         {
@@ -674,7 +680,10 @@ impl UnitAgent {
                     .await
                 {
                     Ok(committed) => Ok(committed),
-                    Err(CommitError::NotQueued { .. }) => Ok(Committed::default()),
+                    Err(CommitError::NotQueued { .. }) => {
+                        already_committed = true;
+                        Ok(Committed::default())
+                    }
                     Err(e @ CommitError::Fenced { .. }) => {
                         Err(Failure::Transient(HookResultKind::Fenced, e.to_string()))
                     }
@@ -687,6 +696,20 @@ impl UnitAgent {
             (result, _) => result,
         };
         match result {
+            Ok(_) if already_committed => {
+                tracing::debug!(
+                    unit = %self.unit,
+                    hook = %record.hook,
+                    "hook already committed by an earlier run: nothing applied again"
+                );
+                let ran = if record.leader {
+                    Ran::AsLeader
+                } else {
+                    Ran::AsFollower
+                };
+                self.finish(began, record);
+                Ok(ran)
+            }
             Ok(committed) => {
                 record.pod_spec_revision = committed.receipt.pod_spec_revision;
                 tracing::debug!(
