@@ -965,7 +965,10 @@ impl Controller {
         Ok(())
     }
 
-    /// A watch on a unit's leadership, as its agent sees it.
+    /// A watch on a unit's leadership, as its agent sees it. `None` for a unit this
+    /// controller runs no agent of, and, with [`ControllerConfig::ownership`], for a unit
+    /// whose agent still waits for the unit's ownership lease (held by an agent on
+    /// another host): its leadership is tracked only once the unit is owned here.
     pub fn leadership(&self, unit: &str) -> Option<watch::Receiver<Leadership>> {
         self.leadership
             .lock()
