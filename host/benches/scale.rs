@@ -379,6 +379,7 @@ impl HookExecutor for Ping {
                 logs: Vec::new(),
                 output: String::new(),
                 leadership_refusals: 0,
+                bags_read: Vec::new(),
             }
         })
     }

@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use crate::bindings::types as wit;
 use crate::charm::{Charm, GuaranteeWatch, HookOutcome, HookRun};
-use crate::context::Interruption;
+use crate::context::{BagReader, Interruption};
 use crate::controller::Shared;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
 use crate::metrics::UnitMetrics;
@@ -33,6 +33,29 @@ pub trait HookExecutor: Send + Sync + 'static {
         guarantee: Option<Arc<dyn GuaranteeWatch>>,
         hook: Hook,
     ) -> BoxFuture<'static, HookRun>;
+
+    /// Runs `hook` as [`execute`](Self::execute) does, reading the remote units' bags
+    /// `snapshot` leaves out through `bags` as the hook asks for them, and reporting them
+    /// in [`HookRun::bags_read`]. Only called on an executor that
+    /// [`reads_bags_as_asked`](Self::reads_bags_as_asked).
+    fn execute_reading(
+        &self,
+        snapshot: UnitSnapshot,
+        fence: Option<Fence>,
+        guarantee: Option<Arc<dyn GuaranteeWatch>>,
+        hook: Hook,
+        bags: BagReader,
+    ) -> BoxFuture<'static, HookRun> {
+        let _ = bags;
+        self.execute(snapshot, fence, guarantee, hook)
+    }
+
+    /// Whether its hooks read remote units' bags as they ask for them
+    /// ([`execute_reading`](Self::execute_reading)); if not, each snapshot it gets holds
+    /// them all.
+    fn reads_bags_as_asked(&self) -> bool {
+        false
+    }
 
     /// The hash of the module it runs ([`crate::store::module_hash`]); `None` for one that
     /// runs no module kept in a store (a native stand-in).
@@ -60,23 +83,22 @@ impl HookExecutor for Charm {
         guarantee: Option<Arc<dyn GuaranteeWatch>>,
         hook: Hook,
     ) -> BoxFuture<'static, HookRun> {
-        let charm = self.clone();
-        // The hook's span (unit, hook, term) goes along, so that what the charm logs says
-        // which hook it came from.
-        let span = tracing::Span::current();
-        Box::pin(async move {
-            let event = to_event(&hook);
-            // wasmtime runs synchronously (and WASI blocks on tokio): keep it off the runtime.
-            match tokio::task::spawn_blocking(move || {
-                let _in_hook = span.enter();
-                charm.run_hook(snapshot, fence, guarantee, &event)
-            })
-            .await
-            {
-                Ok(run) => run,
-                Err(e) => HookRun::failed_to_run(format!("hook task failed: {e}")),
-            }
-        })
+        self.run_off_runtime(snapshot, fence, guarantee, hook, None)
+    }
+
+    fn execute_reading(
+        &self,
+        snapshot: UnitSnapshot,
+        fence: Option<Fence>,
+        guarantee: Option<Arc<dyn GuaranteeWatch>>,
+        hook: Hook,
+        bags: BagReader,
+    ) -> BoxFuture<'static, HookRun> {
+        self.run_off_runtime(snapshot, fence, guarantee, hook, Some(bags))
+    }
+
+    fn reads_bags_as_asked(&self) -> bool {
+        true
     }
 
     fn module_hash(&self) -> Option<&str> {
@@ -93,6 +115,36 @@ impl HookExecutor for Charm {
                 .map(|charm| Arc::new(charm) as Arc<dyn HookExecutor>)
                 .map_err(|e| e.to_string()),
         )
+    }
+}
+
+impl Charm {
+    /// Runs `hook` on a blocking thread: wasmtime runs synchronously (and WASI blocks on
+    /// tokio), and a bag read from the store blocks the hook until it arrives.
+    fn run_off_runtime(
+        &self,
+        snapshot: UnitSnapshot,
+        fence: Option<Fence>,
+        guarantee: Option<Arc<dyn GuaranteeWatch>>,
+        hook: Hook,
+        bags: Option<BagReader>,
+    ) -> BoxFuture<'static, HookRun> {
+        let charm = self.clone();
+        // The hook's span (unit, hook, term) goes along, so that what the charm logs says
+        // which hook it came from.
+        let span = tracing::Span::current();
+        Box::pin(async move {
+            let event = to_event(&hook);
+            match tokio::task::spawn_blocking(move || {
+                let _in_hook = span.enter();
+                charm.run_hook_reading(snapshot, fence, guarantee, &event, bags)
+            })
+            .await
+            {
+                Ok(run) => run,
+                Err(e) => HookRun::failed_to_run(format!("hook task failed: {e}")),
+            }
+        })
     }
 }
 
@@ -520,7 +572,15 @@ impl UnitAgent {
         let min_remaining = self.min_remaining();
         tracker.renewed(min_remaining).await;
         let began = Instant::now();
-        let read = match self.store.hook_read(&self.unit).await {
+        // A charm's hooks read remote units' bags as they ask for them: a unit related to
+        // a thousand others reads the few it looks at, and its commit checks only those.
+        let lazy = self.executor.reads_bags_as_asked();
+        let read = if lazy {
+            self.store.hook_read_lazily(&self.unit).await
+        } else {
+            self.store.hook_read(&self.unit).await
+        };
+        let mut read = match read {
             Ok(read) => read,
             Err(StoreError::NotFound(what)) if what == format!("unit {}", self.unit) => {
                 return Err(Failure::Gone);
@@ -566,15 +626,36 @@ impl UnitAgent {
                 tracing::debug!(unit = %self.unit, action = id, "action not marked running: {e}");
             }
         }
-        let mut run = self
-            .executor
-            .execute(
+        let mut run = if lazy {
+            let store = self.store.clone();
+            let runtime = tokio::runtime::Handle::current();
+            let reader: BagReader = Arc::new(move |relation, unit| {
+                runtime
+                    .block_on(store.unit_bag(relation, unit))
+                    .map_err(|e| e.to_string())
+            });
+            self.executor.execute_reading(
+                read.snapshot.clone(),
+                fence.clone(),
+                guarantee.clone(),
+                hook.clone(),
+                reader,
+            )
+        } else {
+            self.executor.execute(
                 read.snapshot.clone(),
                 fence.clone(),
                 guarantee.clone(),
                 hook.clone(),
             )
-            .await;
+        }
+        .await;
+        // What the hook read besides its snapshot is checked by its commit as well.
+        for (relation, unit, bag) in std::mem::take(&mut run.bags_read) {
+            if let Some(view) = read.snapshot.relations.get_mut(&relation) {
+                view.unit_bags.insert(unit, bag);
+            }
+        }
         if *hook == Hook::LeaderElected {
             run.changes.elected_term = fence.as_ref().map(|f| f.term);
         }
@@ -654,6 +735,12 @@ impl UnitAgent {
                 Err(Failure::Charm(CommitError::Limit(limit).to_string()))
             }
             HookOutcome::Trapped(message) => Err(Failure::Charm(format!("trapped: {message}"))),
+            HookOutcome::Interrupted(why @ Interruption::StoreUnavailable) => {
+                Err(Failure::Transient(
+                    HookResultKind::StoreUnavailable,
+                    format!("interrupted: {why}"),
+                ))
+            }
             HookOutcome::Interrupted(why @ Interruption::GuaranteeEnding) => Err(
                 Failure::Transient(HookResultKind::Interrupted, format!("interrupted: {why}")),
             ),

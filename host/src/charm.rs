@@ -573,6 +573,9 @@ pub struct HookRun {
     pub output: String,
     /// How many leader-only operations were refused because it did not run as leader.
     pub leadership_refusals: u32,
+    /// The remote units' bags it read from the store as it ran (relation, unit, bag), when
+    /// its snapshot left them out: what its commit checks besides the snapshot.
+    pub bags_read: Vec<(crate::model::RelationId, String, crate::model::SharedBag)>,
 }
 
 impl HookRun {
@@ -584,6 +587,7 @@ impl HookRun {
             logs: Vec::new(),
             output: String::new(),
             leadership_refusals: 0,
+            bags_read: Vec::new(),
         }
     }
 }
@@ -741,6 +745,19 @@ impl Charm {
         guarantee: Option<Arc<dyn GuaranteeWatch>>,
         event: &types::Event,
     ) -> HookRun {
+        self.run_hook_reading(snapshot, fence, guarantee, event, None)
+    }
+
+    /// [`run_hook`](Self::run_hook), reading the remote units' bags `snapshot` leaves out
+    /// through `bags` as the hook asks for them ([`HookRun::bags_read`]).
+    pub fn run_hook_reading(
+        &self,
+        snapshot: UnitSnapshot,
+        fence: Option<Fence>,
+        guarantee: Option<Arc<dyn GuaranteeWatch>>,
+        event: &types::Event,
+        bags: Option<crate::context::BagReader>,
+    ) -> HookRun {
         let context = types::Context {
             model: snapshot.model.clone(),
             unit: snapshot.unit.clone(),
@@ -755,6 +772,9 @@ impl Charm {
             self.runtime.config.memory_limit,
         );
         ctx.pod_specs = Some(self.pod_specs.clone());
+        if let Some(reader) = bags {
+            ctx.read_bags_with(reader);
+        }
         let slot = self.runtime.slots.acquire();
         let mut store = self.store(ctx, guarantee);
         let result = self.call_handle_hook(&mut store, &context, event);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::model::{Bag, BagWrites, Changes, CharmMetadata, UnitSnapshot};
+use crate::model::{Bag, BagWrites, Changes, CharmMetadata, RelationId, SharedBag, UnitSnapshot};
 use crate::store::Fence;
 
 /// How much of a hook's stdout and stderr is kept (a panic message, say); the rest is
@@ -30,6 +30,12 @@ pub struct LogLine {
     pub message: String,
 }
 
+/// Reads a remote unit's bag in a relation from the store, for a hook whose snapshot left
+/// it out ([`charm_model::snapshot::BagsRead::Own`]). Called from the hook's thread, off
+/// the async runtime.
+pub type BagReader =
+    Arc<dyn Fn(RelationId, &str) -> Result<SharedBag, String> + Send + Sync + 'static>;
+
 /// Why the host stopped a hook before it returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Interruption {
@@ -41,6 +47,8 @@ pub enum Interruption {
         /// The limit ([`crate::charm::RuntimeConfig::hook_timeout`]).
         limit: std::time::Duration,
     },
+    /// A relation bag the hook asked for could not be read from the store: it runs again.
+    StoreUnavailable,
 }
 
 impl std::fmt::Display for Interruption {
@@ -51,6 +59,12 @@ impl std::fmt::Display for Interruption {
             }
             Interruption::TimedOut { limit } => {
                 write!(f, "exceeded its time limit of {} s", limit.as_secs_f64())
+            }
+            Interruption::StoreUnavailable => {
+                write!(
+                    f,
+                    "a relation bag it asked for could not be read from the store"
+                )
             }
         }
     }
@@ -114,6 +128,11 @@ pub struct HookContext {
     /// Built on the hook's first WASI call: most hooks make none, and building one costs
     /// more than the rest of the context.
     wasi: Option<Wasi>,
+    /// Where remote units' bags left out of the snapshot are read; `None`: the snapshot
+    /// holds every bag the hook may read.
+    bag_reader: Option<BagReader>,
+    /// The remote units' bags read from the store as the hook ran, added to its snapshot.
+    bags_read: Vec<(RelationId, String)>,
 }
 
 /// A hook's WASI context, its resource table, and the pipe that keeps its stdout and stderr.
@@ -169,6 +188,44 @@ impl HookContext {
             },
             pod_specs: None,
             wasi: None,
+            bag_reader: None,
+            bags_read: Vec::new(),
+        }
+    }
+
+    /// Reads the remote units' bags the snapshot leaves out through `reader`, as the hook
+    /// asks for them.
+    pub fn read_bags_with(&mut self, reader: BagReader) {
+        self.bag_reader = Some(reader);
+    }
+
+    /// Whether `unit`'s bag in relation `id` is in the snapshot, reading it from the store
+    /// into the snapshot if it is left out and there is a reader. A failed read interrupts
+    /// the hook ([`Interruption::StoreUnavailable`]).
+    pub(crate) fn fetch_unit_bag(&mut self, id: RelationId, unit: &str) -> bool {
+        let Some(view) = self.snapshot.relations.get(&id) else {
+            return false;
+        };
+        if view.unit_bags.contains_key(unit) {
+            return true;
+        }
+        let Some(reader) = &self.bag_reader else {
+            return false;
+        };
+        match reader(id, unit) {
+            Ok(bag) => {
+                if let Some(view) = self.snapshot.relations.get_mut(&id) {
+                    view.unit_bags.insert(unit.to_string(), bag);
+                }
+                self.bags_read.push((id, unit.to_string()));
+                true
+            }
+            Err(why) => {
+                tracing::info!(unit = %self.snapshot.unit, relation = id, remote = %unit, "relation bag not read: {why}");
+                self.interruption
+                    .get_or_insert(Interruption::StoreUnavailable);
+                false
+            }
         }
     }
 
@@ -199,8 +256,24 @@ impl HookContext {
                 ),
             });
         }
+        // A bag that could not be read: whatever the charm made of its absence is not kept.
+        let outcome = match (outcome, self.interruption) {
+            (_, Some(Interruption::StoreUnavailable)) => {
+                crate::charm::HookOutcome::Interrupted(Interruption::StoreUnavailable)
+            }
+            (outcome, _) => outcome,
+        };
+        let bags_read = self
+            .bags_read
+            .iter()
+            .filter_map(|(id, unit)| {
+                let bag = self.snapshot.relations.get(id)?.unit_bags.get(unit)?;
+                Some((*id, unit.clone(), bag.clone()))
+            })
+            .collect();
         crate::charm::HookRun {
             outcome,
+            bags_read,
             changes: self.changes,
             logs: self.logs,
             output,

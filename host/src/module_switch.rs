@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::agent::HookExecutor;
 use crate::charm::{GuaranteeWatch, HookRun};
+use crate::context::BagReader;
 use crate::model::{Hook, UnitSnapshot};
 use crate::store::{BoxFuture, Fence, Store};
 
@@ -42,6 +43,18 @@ impl ModuleSwitch {
 }
 
 impl Switch {
+    /// The executor for a hook whose snapshot names `module`.
+    async fn executor_for(&self, module: Option<&str>) -> Result<Arc<dyn HookExecutor>, String> {
+        let current = self.current();
+        match module {
+            // A native stand-in runs no module: nothing to follow.
+            Some(hash) if current.module_hash().is_some_and(|h| h != hash) => {
+                self.follow(hash).await
+            }
+            _ => Ok(current),
+        }
+    }
+
     fn current(&self) -> Arc<dyn HookExecutor> {
         self.current
             .read()
@@ -95,19 +108,38 @@ impl HookExecutor for ModuleSwitch {
     ) -> BoxFuture<'static, HookRun> {
         let switch = self.0.clone();
         Box::pin(async move {
-            let current = switch.current();
-            let executor = match snapshot.module.as_deref() {
-                // A native stand-in runs no module: nothing to follow.
-                Some(hash) if current.module_hash().is_some_and(|h| h != hash) => {
-                    match switch.follow(hash).await {
-                        Ok(executor) => executor,
-                        Err(e) => return HookRun::failed_to_run(e),
-                    }
-                }
-                _ => current,
-            };
-            executor.execute(snapshot, fence, guarantee, hook).await
+            match switch.executor_for(snapshot.module.as_deref()).await {
+                Ok(executor) => executor.execute(snapshot, fence, guarantee, hook).await,
+                Err(e) => HookRun::failed_to_run(e),
+            }
         })
+    }
+
+    fn execute_reading(
+        &self,
+        snapshot: UnitSnapshot,
+        fence: Option<Fence>,
+        guarantee: Option<Arc<dyn GuaranteeWatch>>,
+        hook: Hook,
+        bags: BagReader,
+    ) -> BoxFuture<'static, HookRun> {
+        let switch = self.0.clone();
+        Box::pin(async move {
+            // A module is loaded into an executor of the current one's kind, which reads
+            // bags as asked just as the current one does.
+            match switch.executor_for(snapshot.module.as_deref()).await {
+                Ok(executor) => {
+                    executor
+                        .execute_reading(snapshot, fence, guarantee, hook, bags)
+                        .await
+                }
+                Err(e) => HookRun::failed_to_run(e),
+            }
+        })
+    }
+
+    fn reads_bags_as_asked(&self) -> bool {
+        self.0.current().reads_bags_as_asked()
     }
 
     fn module_hash(&self) -> Option<&str> {

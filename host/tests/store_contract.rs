@@ -1939,6 +1939,110 @@ async fn a_commit_whose_hook_read_changed_is_stale_and_applies_nothing(store: &d
     assert!(matches!(err, CommitError::Stale { .. }), "config: {err:?}");
 }
 
+async fn a_hook_reads_remote_bags_as_it_asks_and_its_commit_checks_those_alone(store: &dyn Store) {
+    let m = deploy(store).await;
+    drain(store, &ALL_UNITS).await;
+    let fence = hold(store, "web", "web/0", LONG).await;
+    let db_writes = |n: &str| Changes {
+        unit_bags: BTreeMap::from([(m.web_db.id, writes(&[("n", Some(n))]))]),
+        ..Changes::default()
+    };
+    store
+        .commit("db/0", None, &db_writes("1"), None)
+        .await
+        .unwrap();
+
+    // Without the remote units' bags; the remote units, its own bag and the applications'
+    // bags are there.
+    let read = store.hook_read_lazily("web/0").await.unwrap();
+    let full = store.hook_read("web/0").await.unwrap();
+    let view = &read.snapshot.relations[&m.web_db.id];
+    assert_eq!(view.unit_bags.keys().collect::<Vec<_>>(), ["web/0"]);
+    assert_eq!(
+        view.remote_units,
+        full.snapshot.relations[&m.web_db.id].remote_units
+    );
+    assert_eq!(
+        view.app_bags,
+        full.snapshot.relations[&m.web_db.id].app_bags
+    );
+    assert_eq!(read.snapshot.leader_data, full.snapshot.leader_data);
+
+    // A bag it did not read changes: its commit goes through.
+    store
+        .commit("db/0", None, &db_writes("2"), None)
+        .await
+        .unwrap();
+    store
+        .commit_hook(checked(
+            "web/0",
+            None,
+            &leader_hook(&m),
+            Some(&fence),
+            &read,
+        ))
+        .await
+        .unwrap();
+
+    // A bag it read as it ran changes: its commit is stale, and applies nothing.
+    let mut read2 = store.hook_read_lazily("web/0").await.unwrap();
+    let bag = store.unit_bag(m.web_db.id, "db/0").await.unwrap();
+    assert_eq!(bag.get("n").map(String::as_str), Some("2"));
+    read2
+        .snapshot
+        .relations
+        .get_mut(&m.web_db.id)
+        .unwrap()
+        .unit_bags
+        .insert("db/0".into(), bag);
+    store
+        .commit("db/0", None, &db_writes("3"), None)
+        .await
+        .unwrap();
+    let late = Changes {
+        stored: writes(&[("late", Some("yes"))]),
+        ..Changes::default()
+    };
+    let err = store
+        .commit_hook(checked("web/0", None, &late, Some(&fence), &read2))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CommitError::Stale { .. }), "{err:?}");
+    assert!(
+        !store
+            .snapshot("web/0")
+            .await
+            .unwrap()
+            .stored
+            .contains_key("late")
+    );
+
+    // Read again, with the bag as it is now, the same commit goes through.
+    let mut fresh = store.hook_read_lazily("web/0").await.unwrap();
+    let bag = store.unit_bag(m.web_db.id, "db/0").await.unwrap();
+    assert_eq!(bag.get("n").map(String::as_str), Some("3"));
+    fresh
+        .snapshot
+        .relations
+        .get_mut(&m.web_db.id)
+        .unwrap()
+        .unit_bags
+        .insert("db/0".into(), bag);
+    store
+        .commit_hook(checked("web/0", None, &late, Some(&fence), &fresh))
+        .await
+        .unwrap();
+    assert_eq!(store.snapshot("web/0").await.unwrap().stored["late"], "yes");
+    // A unit with no bag in the relation reads an empty one.
+    assert!(
+        store
+            .unit_bag(m.web_db.id, "web/1")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 async fn what_a_hook_did_not_read_does_not_make_its_commit_stale(store: &dyn Store) {
     let m = deploy(store).await;
     drain(store, &ALL_UNITS).await;
@@ -3213,6 +3317,7 @@ contract! {
     fenced_out_commit_keeps_its_hook_queued,
     a_commit_whose_hook_read_changed_is_stale_and_applies_nothing,
     what_a_hook_did_not_read_does_not_make_its_commit_stale,
+    a_hook_reads_remote_bags_as_it_asks_and_its_commit_checks_those_alone,
     elected_term_round_trips,
     set_config_checks_types_and_fires_config_changed,
     refused_changes_change_nothing,

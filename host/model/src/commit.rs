@@ -10,7 +10,7 @@ use crate::records::{
 };
 use crate::removal::{finish_unit, reap_relation};
 use crate::routing::follow_ups;
-use crate::snapshot::{HookRead, hook_read};
+use crate::snapshot::{BagsRead, HookRead, hook_read_of};
 use crate::tx::{BagOwner, ElectedTerm, ModelTx, UnitUpdate};
 
 /// The leadership a commit depends on: the application's lease must still have this holder
@@ -168,7 +168,7 @@ pub fn commit<T: ModelTx + ?Sized>(
     }
     // Last of the checks: a hook committed already is refused as such above, not rerun.
     if let Some(read) = read
-        && hook_read(tx, &read.snapshot.model, unit)? != *read
+        && hook_read_of(tx, &read.snapshot.model, unit, BagsRead::As(&read.snapshot))? != *read
     {
         return Err(CommitError::Stale {
             unit: unit.to_string(),

@@ -7,6 +7,20 @@ use crate::operations::live_units;
 use crate::records::{Hook, RelationView, UnitSnapshot, app_of};
 use crate::tx::ModelTx;
 
+/// Which units' bags a snapshot holds, in each relation. The unit's own bag and both
+/// applications' bags are always there.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BagsRead<'a> {
+    /// Every remote unit's bag.
+    All,
+    /// No remote unit's bag: a hook reads those it asks for as it runs
+    /// ([`RelationView::unit_bags`] holds those read), so that a unit related to a
+    /// thousand others reads and checks the few bags it looks at, not a thousand.
+    Own,
+    /// The bags this snapshot holds: to check that what a hook read is unchanged.
+    As(&'a UnitSnapshot),
+}
+
 /// Everything a hook of `unit` may read, as `tx` has it: its application's effective config,
 /// leader settings and status; its own status, stored state and leader-elected record; and
 /// each relation it is in, with the other side's live units (for peers, the other units), the
@@ -15,6 +29,16 @@ pub fn snapshot<T: ModelTx + ?Sized>(
     tx: &mut T,
     model: &str,
     unit: &str,
+) -> Result<UnitSnapshot, StoreError> {
+    snapshot_of(tx, model, unit, BagsRead::All)
+}
+
+/// [`snapshot`], with the remote units' bags `bags` says.
+pub fn snapshot_of<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    model: &str,
+    unit: &str,
+    bags: BagsRead<'_>,
 ) -> Result<UnitSnapshot, StoreError> {
     let app = app_of(unit);
     let record = tx
@@ -37,7 +61,21 @@ pub fn snapshot<T: ModelTx + ?Sized>(
             live_units(tx, &remote.app)?
         };
         remote_units.retain(|u| u != unit);
-        let mut names: Vec<&str> = remote_units.iter().map(String::as_str).collect();
+        let mut names: Vec<&str> = match bags {
+            BagsRead::All => remote_units.iter().map(String::as_str).collect(),
+            BagsRead::Own => Vec::new(),
+            BagsRead::As(read) => read
+                .relations
+                .get(&rel.id)
+                .map(|view| {
+                    view.unit_bags
+                        .keys()
+                        .map(String::as_str)
+                        .filter(|n| *n != unit)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
         names.push(unit);
         let unit_bags = names
             .iter()
@@ -95,7 +133,17 @@ pub fn hook_read<T: ModelTx + ?Sized>(
     model: &str,
     unit: &str,
 ) -> Result<HookRead, StoreError> {
-    let snapshot = snapshot(tx, model, unit)?;
+    hook_read_of(tx, model, unit, BagsRead::All)
+}
+
+/// [`hook_read`], with the remote units' bags `bags` says.
+pub fn hook_read_of<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    model: &str,
+    unit: &str,
+    bags: BagsRead<'_>,
+) -> Result<HookRead, StoreError> {
+    let snapshot = snapshot_of(tx, model, unit, bags)?;
     Ok(HookRead {
         snapshot,
         pod_spec_revision: tx.pod_spec_revision(app_of(unit))?,

@@ -46,6 +46,9 @@ impl Host for HookContext {
         let r = relation(self, id)?;
         let verdict = access::read_unit_bag(id, self.unit(), &unit, r.remote_units.contains(&unit));
         let side = self.allowed(verdict)?;
+        if side == Side::Remote {
+            self.fetch_unit_bag(id, &unit);
+        }
         let stored = relation(self, id)?.unit_bags.get(&unit).map(|b| &**b);
         Ok(read(side, stored, self.changes.unit_bags.get(&id)))
     }

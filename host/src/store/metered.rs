@@ -48,6 +48,7 @@ const OPERATIONS: &[&str] = &[
     "relations",
     "snapshot",
     "hook_read",
+    "unit_bag",
     "set_hook_error",
     "pod_spec",
     "status",

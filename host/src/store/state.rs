@@ -621,6 +621,45 @@ pub trait StateStore: Send + Sync {
         })
     }
 
+    /// [`hook_read`](Self::hook_read) without the remote units' bags, which the hook reads
+    /// as it asks for them ([`unit_bag`](Self::unit_bag)); its commit checks those it read.
+    fn hook_read_lazily<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, HookRead> {
+        Box::pin(async move {
+            let app = app_of(unit);
+            let model = self.model_name();
+            let reads = [
+                Records::Unit(unit),
+                Records::Apps,
+                Records::Relations,
+                Records::LeaderData(app),
+                Records::AppStatus(app),
+                Records::PodSpec(app),
+            ];
+            run(
+                self,
+                Step::read("hook_read", "snapshot of", unit, &reads),
+                |tx| snapshot::hook_read_of(tx, model, unit, snapshot::BagsRead::Own),
+            )
+            .await
+        })
+    }
+
+    /// `unit`'s bag in relation `relation`, as of now (empty if it has none).
+    fn unit_bag<'a>(
+        &'a self,
+        relation: charm_model::RelationId,
+        unit: &'a str,
+    ) -> StoreFuture<'a, charm_model::SharedBag> {
+        Box::pin(async move {
+            run(
+                self,
+                Step::read("unit_bag", "relation bag of", unit, &[]),
+                |tx| Ok(tx.unit_bags(relation, &[unit])?.pop().unwrap_or_default()),
+            )
+            .await
+        })
+    }
+
     /// Applies one hook's writes for `unit` in one atomic step, as
     /// [`charm_model::commit::commit`] says: fenced, all or nothing, at most once, with the
     /// hooks the changes fire queued in the same step.
