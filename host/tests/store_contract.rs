@@ -1988,13 +1988,12 @@ async fn a_hook_reads_remote_bags_as_it_asks_and_its_commit_checks_those_alone(s
     let mut read2 = store.hook_read_lazily("web/0").await.unwrap();
     let bag = store.unit_bag(m.web_db.id, "db/0").await.unwrap();
     assert_eq!(bag.get("n").map(String::as_str), Some("2"));
-    read2
-        .snapshot
-        .relations
-        .get_mut(&m.web_db.id)
-        .unwrap()
-        .unit_bags
-        .insert("db/0".into(), bag);
+    // As the agent adds what the hook read to its snapshot.
+    let with_bag = |read: &mut HookRead, bag| {
+        let view = read.snapshot.relations.get_mut(&m.web_db.id).unwrap();
+        view.unit_bags.insert("db/0".to_string(), bag);
+    };
+    with_bag(&mut read2, bag);
     store
         .commit("db/0", None, &db_writes("3"), None)
         .await
@@ -2021,13 +2020,7 @@ async fn a_hook_reads_remote_bags_as_it_asks_and_its_commit_checks_those_alone(s
     let mut fresh = store.hook_read_lazily("web/0").await.unwrap();
     let bag = store.unit_bag(m.web_db.id, "db/0").await.unwrap();
     assert_eq!(bag.get("n").map(String::as_str), Some("3"));
-    fresh
-        .snapshot
-        .relations
-        .get_mut(&m.web_db.id)
-        .unwrap()
-        .unit_bags
-        .insert("db/0".into(), bag);
+    with_bag(&mut fresh, bag);
     store
         .commit_hook(checked("web/0", None, &late, Some(&fence), &fresh))
         .await

@@ -601,47 +601,13 @@ pub trait StateStore: Send + Sync {
     /// What a hook of `unit` reads, as of now: its snapshot and what its commit checks
     /// is unchanged ([`charm_model::snapshot::hook_read`], [`HookCommit::read`]).
     fn hook_read<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, HookRead> {
-        Box::pin(async move {
-            let app = app_of(unit);
-            let model = self.model_name();
-            let reads = [
-                Records::Unit(unit),
-                Records::Apps,
-                Records::Relations,
-                Records::LeaderData(app),
-                Records::AppStatus(app),
-                Records::PodSpec(app),
-            ];
-            run(
-                self,
-                Step::read("hook_read", "snapshot of", unit, &reads),
-                |tx| snapshot::hook_read(tx, model, unit),
-            )
-            .await
-        })
+        Box::pin(read_for_hook(self, unit, snapshot::BagsRead::All))
     }
 
     /// [`hook_read`](Self::hook_read) without the remote units' bags, which the hook reads
     /// as it asks for them ([`unit_bag`](Self::unit_bag)); its commit checks those it read.
     fn hook_read_lazily<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, HookRead> {
-        Box::pin(async move {
-            let app = app_of(unit);
-            let model = self.model_name();
-            let reads = [
-                Records::Unit(unit),
-                Records::Apps,
-                Records::Relations,
-                Records::LeaderData(app),
-                Records::AppStatus(app),
-                Records::PodSpec(app),
-            ];
-            run(
-                self,
-                Step::read("hook_read", "snapshot of", unit, &reads),
-                |tx| snapshot::hook_read_of(tx, model, unit, snapshot::BagsRead::Own),
-            )
-            .await
-        })
+        Box::pin(read_for_hook(self, unit, snapshot::BagsRead::Own))
     }
 
     /// `unit`'s bag in relation `relation`, as of now (empty if it has none).
@@ -769,6 +735,30 @@ pub trait StateStore: Send + Sync {
 
 /// Runs `op` in one step of `store` ([`StateStore::step`]) and gives its answer: the store's
 /// error, or the last run's.
+/// What a hook of `unit` reads, with the remote units' bags `bags` says, in one step.
+async fn read_for_hook<S: StateStore + ?Sized>(
+    store: &S,
+    unit: &str,
+    bags: snapshot::BagsRead<'static>,
+) -> Result<HookRead, StoreError> {
+    let app = app_of(unit);
+    let model = store.model_name();
+    let reads = [
+        Records::Unit(unit),
+        Records::Apps,
+        Records::Relations,
+        Records::LeaderData(app),
+        Records::AppStatus(app),
+        Records::PodSpec(app),
+    ];
+    run(
+        store,
+        Step::read("hook_read", "snapshot of", unit, &reads),
+        |tx| snapshot::hook_read_of(tx, model, unit, bags),
+    )
+    .await
+}
+
 async fn run<S, T, E>(
     store: &S,
     step: Step<'_>,
