@@ -148,6 +148,11 @@ impl Charm {
     }
 }
 
+/// Up to how many remote units a relation has for a hook's snapshot to hold their bags;
+/// in larger relations the hook reads each bag as it asks for it. Most relations are small,
+/// and their bags cost no read of their own.
+const REMOTE_BAGS_UP_FRONT: usize = 8;
+
 /// How many conflicting commits in a row rerun their hook at once, before the reruns back
 /// off ([`stale_backoff`]).
 const STALE_AT_ONCE: u32 = 3;
@@ -576,7 +581,9 @@ impl UnitAgent {
         // a thousand others reads the few it looks at, and its commit checks only those.
         let lazy = self.executor.reads_bags_as_asked();
         let read = if lazy {
-            self.store.hook_read_lazily(&self.unit).await
+            self.store
+                .hook_read_lazily(&self.unit, REMOTE_BAGS_UP_FRONT)
+                .await
         } else {
             self.store.hook_read(&self.unit).await
         };

@@ -31,7 +31,7 @@ pub struct LogLine {
 }
 
 /// Reads a remote unit's bag in a relation from the store, for a hook whose snapshot left
-/// it out ([`charm_model::snapshot::BagsRead::Own`]). Called from the hook's thread, off
+/// it out ([`charm_model::snapshot::BagsRead::UpTo`]). Called from the hook's thread, off
 /// the async runtime.
 pub type BagReader =
     Arc<dyn Fn(RelationId, &str) -> Result<SharedBag, String> + Send + Sync + 'static>;

@@ -1954,7 +1954,7 @@ async fn a_hook_reads_remote_bags_as_it_asks_and_its_commit_checks_those_alone(s
 
     // Without the remote units' bags; the remote units, its own bag and the applications'
     // bags are there.
-    let read = store.hook_read_lazily("web/0").await.unwrap();
+    let read = store.hook_read_lazily("web/0", 0).await.unwrap();
     let full = store.hook_read("web/0").await.unwrap();
     let view = &read.snapshot.relations[&m.web_db.id];
     assert_eq!(view.unit_bags.keys().collect::<Vec<_>>(), ["web/0"]);
@@ -1985,7 +1985,7 @@ async fn a_hook_reads_remote_bags_as_it_asks_and_its_commit_checks_those_alone(s
         .unwrap();
 
     // A bag it read as it ran changes: its commit is stale, and applies nothing.
-    let mut read2 = store.hook_read_lazily("web/0").await.unwrap();
+    let mut read2 = store.hook_read_lazily("web/0", 0).await.unwrap();
     let bag = store.unit_bag(m.web_db.id, "db/0").await.unwrap();
     assert_eq!(bag.get("n").map(String::as_str), Some("2"));
     // As the agent adds what the hook read to its snapshot.
@@ -2017,7 +2017,7 @@ async fn a_hook_reads_remote_bags_as_it_asks_and_its_commit_checks_those_alone(s
     );
 
     // Read again, with the bag as it is now, the same commit goes through.
-    let mut fresh = store.hook_read_lazily("web/0").await.unwrap();
+    let mut fresh = store.hook_read_lazily("web/0", 0).await.unwrap();
     let bag = store.unit_bag(m.web_db.id, "db/0").await.unwrap();
     assert_eq!(bag.get("n").map(String::as_str), Some("3"));
     with_bag(&mut fresh, bag);
@@ -2026,6 +2026,10 @@ async fn a_hook_reads_remote_bags_as_it_asks_and_its_commit_checks_those_alone(s
         .await
         .unwrap();
     assert_eq!(store.snapshot("web/0").await.unwrap().stored["late"], "yes");
+    // A relation with as many remote units as `up_to`, or fewer, has their bags up front
+    // (web/0 has one in `db`, two peers).
+    let small = store.hook_read_lazily("web/0", 2).await.unwrap();
+    assert_eq!(small, store.hook_read("web/0").await.unwrap());
     // A unit with no bag in the relation reads an empty one.
     assert!(
         store

@@ -13,10 +13,11 @@ use crate::tx::ModelTx;
 pub enum BagsRead<'a> {
     /// Every remote unit's bag.
     All,
-    /// No remote unit's bag: a hook reads those it asks for as it runs
-    /// ([`RelationView::unit_bags`] holds those read), so that a unit related to a
-    /// thousand others reads and checks the few bags it looks at, not a thousand.
-    Own,
+    /// The remote units' bags only in relations with at most this many remote units: in
+    /// larger ones a hook reads those it asks for as it runs ([`RelationView::unit_bags`]
+    /// holds those read), so that a unit related to a thousand others reads and checks the
+    /// few bags it looks at, not a thousand, while a small relation costs no more reads.
+    UpTo(usize),
     /// The bags this snapshot holds: to check that what a hook read is unchanged.
     As(&'a UnitSnapshot),
 }
@@ -63,7 +64,10 @@ pub fn snapshot_of<T: ModelTx + ?Sized>(
         remote_units.retain(|u| u != unit);
         let mut names: Vec<&str> = match bags {
             BagsRead::All => remote_units.iter().map(String::as_str).collect(),
-            BagsRead::Own => Vec::new(),
+            BagsRead::UpTo(most) if remote_units.len() <= most => {
+                remote_units.iter().map(String::as_str).collect()
+            }
+            BagsRead::UpTo(_) => Vec::new(),
             BagsRead::As(read) => read
                 .relations
                 .get(&rel.id)

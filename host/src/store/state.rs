@@ -604,10 +604,11 @@ pub trait StateStore: Send + Sync {
         Box::pin(read_for_hook(self, unit, snapshot::BagsRead::All))
     }
 
-    /// [`hook_read`](Self::hook_read) without the remote units' bags, which the hook reads
-    /// as it asks for them ([`unit_bag`](Self::unit_bag)); its commit checks those it read.
-    fn hook_read_lazily<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, HookRead> {
-        Box::pin(read_for_hook(self, unit, snapshot::BagsRead::Own))
+    /// [`hook_read`](Self::hook_read) without the remote units' bags of relations with
+    /// more than `up_to` remote units, which the hook reads as it asks for them
+    /// ([`unit_bag`](Self::unit_bag)); its commit checks those it read.
+    fn hook_read_lazily<'a>(&'a self, unit: &'a str, up_to: usize) -> StoreFuture<'a, HookRead> {
+        Box::pin(read_for_hook(self, unit, snapshot::BagsRead::UpTo(up_to)))
     }
 
     /// `unit`'s bag in relation `relation`, as of now (empty if it has none).
