@@ -173,10 +173,8 @@ fn stale_backoff(unit: &str, conflicts: u32) -> Duration {
     let base = Duration::from_millis(1)
         .saturating_mul(1 << (conflicts - STALE_AT_ONCE - 1).min(16))
         .min(STALE_MAX_BACKOFF);
-    // A factor in [0.5, 1.5) from the unit's name (FNV-1a).
-    let hash = unit.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
+    // A factor in [0.5, 1.5) from the unit's name.
+    let hash = crate::controller::fnv1a(unit);
     base.mul_f64(0.5 + (hash % 1024) as f64 / 1024.0)
 }
 

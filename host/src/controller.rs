@@ -106,7 +106,7 @@ pub fn selects(selector: &str, unit: &str) -> bool {
 }
 
 /// A stable 64-bit hash (FNV-1a), to derive per-unit seeds.
-fn fnv1a(text: &str) -> u64 {
+pub(crate) fn fnv1a(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
