@@ -45,6 +45,7 @@ mod event;
 pub mod log;
 mod metadata;
 mod model;
+mod network;
 pub mod pod;
 pub mod random;
 mod relation;
@@ -62,8 +63,8 @@ pub mod wit {
     //! The generated bindings. Charm code uses the typed API instead.
     #![allow(missing_docs, clippy::too_many_arguments)]
     wit_bindgen::generate!({
-        path: "../wit/0.2.0",
-        world: "juju:charm/charm@0.2.0",
+        path: "../wit/0.2.1",
+        world: "juju:charm/charm@0.2.1",
         pub_export_macro: true,
         default_bindings_module: "charm_sdk::wit",
         generate_all,
@@ -81,6 +82,7 @@ pub use metadata::{
     ActionMeta, ActionParam, ConfigOption, Metadata, OptionType, RelationMeta, RelationRole,
 };
 pub use model::{Application, LeaderData, Model, StoredState, Unit};
+pub use network::Network;
 pub use pod::{Container, ContainerPort, K8sResources, PodSpec};
 pub use relation::{DataBag, Relation};
 pub use status::Status;

@@ -8,7 +8,7 @@
 //! - [`snapshot`], [`commit`], [`operations`], [`config`], [`removal`], [`status`]: each
 //!   model operation ([`upgrade`]: moving an application to a new module), written once against [`ModelTx`], the records a store reads and
 //!   writes in one atomic step; [`endpoints`]: which endpoints `app[:endpoint]` names.
-//! - [`routing`]: which hooks each change fires.
+//! - [`routing`]: which hooks each change fires; [`network`]: a unit's addresses.
 //!
 //! A new rule goes here; a store only keeps records and makes a step atomic.
 
@@ -23,6 +23,7 @@ pub mod error;
 pub mod leadership;
 pub mod limits;
 pub mod memory;
+pub mod network;
 pub mod operations;
 pub mod podspec;
 pub mod records;

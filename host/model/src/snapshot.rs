@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use crate::error::{StoreError, not_found};
 use crate::operations::live_units;
-use crate::records::{Hook, RelationView, UnitSnapshot, app_of};
+use crate::network::with_network_keys;
+use crate::records::{Hook, RelationId, RelationView, SharedBag, UnitSnapshot, app_of};
 use crate::tx::ModelTx;
 
 /// Which units' bags a snapshot holds, in each relation. The unit's own bag and both
@@ -81,11 +82,7 @@ pub fn snapshot_of<T: ModelTx + ?Sized>(
                 .unwrap_or_default(),
         };
         names.push(unit);
-        let unit_bags = names
-            .iter()
-            .map(|n| n.to_string())
-            .zip(tx.unit_bags(rel.id, &names)?)
-            .collect();
+        let unit_bags = unit_bags_seen(tx, model, rel.id, &names)?;
         let apps = [app, remote.app.as_str()];
         let app_bags = apps
             .iter()
@@ -117,6 +114,34 @@ pub fn snapshot_of<T: ModelTx + ?Sized>(
         elected_term: record.elected_term,
         module: view.module,
     })
+}
+
+/// The bags of `units` in relation `id`, as a hook reads them: with the network keys the
+/// host sets ([`with_network_keys`]).
+fn unit_bags_seen<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    model: &str,
+    id: RelationId,
+    units: &[&str],
+) -> Result<BTreeMap<String, SharedBag>, StoreError> {
+    Ok(units
+        .iter()
+        .zip(tx.unit_bags(id, units)?)
+        .map(|(unit, bag)| (unit.to_string(), with_network_keys(bag, model, unit)))
+        .collect())
+}
+
+/// `unit`'s bag in relation `id` as a hook reads it (empty but for the network keys if it
+/// has none): one bag a hook asks for as it runs ([`BagsRead::UpTo`]).
+pub fn unit_bag<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    model: &str,
+    id: RelationId,
+    unit: &str,
+) -> Result<SharedBag, StoreError> {
+    Ok(unit_bags_seen(tx, model, id, &[unit])?
+        .remove(unit)
+        .unwrap_or_default())
 }
 
 /// What a hook read: its unit's snapshot and its application's pod spec revision. Its

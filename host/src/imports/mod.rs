@@ -4,6 +4,7 @@ mod action;
 mod config;
 mod leadership;
 mod log;
+mod network;
 mod pod;
 mod relations;
 mod state;

@@ -621,7 +621,7 @@ pub trait StateStore: Send + Sync {
             run(
                 self,
                 Step::read("unit_bag", "relation bag of", unit, &[]),
-                |tx| Ok(tx.unit_bags(relation, &[unit])?.pop().unwrap_or_default()),
+                |tx| snapshot::unit_bag(tx, self.model_name(), relation, unit),
             )
             .await
         })

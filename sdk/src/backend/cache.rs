@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use super::{Backend, Entries, RelationInfo};
 use crate::error::Result;
 use crate::log::Level;
-use crate::{ConfigValue, Status};
+use crate::{ConfigValue, Network, Status};
 
 /// Whose bag in a relation.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -247,6 +247,11 @@ impl<B: Backend> Backend for Cached<B> {
     fn action_fail(&mut self, message: &str) {
         self.inner.action_fail(message)
     }
+
+    fn network_get(&mut self, endpoint: &str) -> Result<Network> {
+        // Asked once or twice in a hook, if at all: not worth a cache.
+        self.inner.network_get(endpoint)
+    }
 }
 
 #[cfg(test)]
@@ -373,6 +378,7 @@ mod tests {
             )
             .relation(Relation::peer(2, "peers").remote_unit("app/1", [("b", "p")]));
         Rc::new(RefCell::new(Hook::new(
+            "test",
             "app/0",
             metadata,
             state,

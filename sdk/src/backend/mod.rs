@@ -10,7 +10,7 @@ mod cache;
 
 use crate::error::Result;
 use crate::log::Level;
-use crate::{ConfigValue, Status};
+use crate::{ConfigValue, Network, Status};
 
 /// A bag's entries, shared by the read cache and every [`crate::DataBag`] read from it: a
 /// bag read again is not copied again.
@@ -58,12 +58,16 @@ pub(crate) trait Backend {
     fn action_log(&mut self, message: &str);
     fn action_set_results(&mut self, results: &[(String, String)]) -> Result<()>;
     fn action_fail(&mut self, message: &str);
+
+    fn network_get(&mut self, endpoint: &str) -> Result<Network>;
 }
 
 #[cfg(target_family = "wasm")]
 mod wit_backend {
     use super::*;
-    use crate::wit::juju::charm::{action, config, leadership, log, pod, relations, state, status};
+    use crate::wit::juju::charm::{
+        action, config, leadership, log, network, pod, relations, state, status,
+    };
 
     /// The host, through the component's imports.
     pub(crate) struct WitBackend;
@@ -172,6 +176,14 @@ mod wit_backend {
         }
         fn action_fail(&mut self, message: &str) {
             action::fail(message)
+        }
+        fn network_get(&mut self, endpoint: &str) -> Result<Network> {
+            let info = network::network_get(endpoint)?;
+            Ok(Network {
+                bind_addresses: info.bind_addresses,
+                ingress_addresses: info.ingress_addresses,
+                egress_subnets: info.egress_subnets,
+            })
         }
     }
 }

@@ -80,6 +80,7 @@ pub(crate) struct Interrupted;
 
 /// One hook's view and buffer.
 pub(crate) struct Hook {
+    pub model: String,
     pub unit: String,
     pub app: String,
     pub metadata: Metadata,
@@ -202,8 +203,9 @@ pub(super) fn from_model(value: charm_model::ConfigValue) -> ConfigValue {
 
 impl Hook {
     /// A hook of `unit` starting from `snapshot`, with nothing written yet.
-    pub fn new(unit: &str, metadata: Metadata, snapshot: State, faults: Faults) -> Self {
+    pub fn new(model: &str, unit: &str, metadata: Metadata, snapshot: State, faults: Faults) -> Self {
         Hook {
+            model: model.to_string(),
             unit: unit.to_string(),
             app: crate::testing::app_of(unit).to_string(),
             metadata,
@@ -535,5 +537,22 @@ impl Backend for HookBackend {
         let mut h = self.0.borrow_mut();
         h.call();
         h.action.get_or_insert_default().failure = Some(message.to_string());
+    }
+
+    fn network_get(&mut self, endpoint: &str) -> Result<crate::Network> {
+        let mut h = self.0.borrow_mut();
+        h.call();
+        if !h.metadata.relations.iter().any(|r| r.name == endpoint) {
+            return Err(Error::InvalidArgument(format!(
+                "network-get: charm {} declares no endpoint {endpoint:?}",
+                h.metadata.name
+            )));
+        }
+        let net = charm_model::network::unit_network(&h.model, &h.unit);
+        Ok(crate::Network {
+            bind_addresses: net.bind_addresses,
+            ingress_addresses: net.ingress_addresses,
+            egress_subnets: net.egress_subnets,
+        })
     }
 }

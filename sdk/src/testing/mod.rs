@@ -404,6 +404,7 @@ impl<C: Charm> Context<C> {
             return (refused, None);
         }
         let hook = Rc::new(RefCell::new(Hook::new(
+            &self.model,
             &self.unit,
             self.metadata.clone(),
             state.clone(),
