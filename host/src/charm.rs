@@ -659,10 +659,12 @@ impl Charm {
         };
         let instance = self.pre.instantiate(&mut store).map_err(wasm)?;
         let meta = match self.contract {
-            ContractVersion::V0_2 | ContractVersion::V0_2_1 => CharmBindings::new(&mut store, &instance)
-                .map_err(wrong_world)?
-                .call_metadata(&mut store)
-                .map_err(wasm)?,
+            ContractVersion::V0_2 | ContractVersion::V0_2_1 => {
+                CharmBindings::new(&mut store, &instance)
+                    .map_err(wrong_world)?
+                    .call_metadata(&mut store)
+                    .map_err(wasm)?
+            }
             ContractVersion::V0_1 => metadata_from_v0_1(
                 bindings::v0_1::Charm::new(&mut store, &instance)
                     .map_err(wrong_world)?

@@ -214,7 +214,7 @@ async fn assert_nothing_applied(store: &dyn Store, m: &Model) {
     let snap = store.snapshot("web/0").await.unwrap();
     let rel = &snap.relations[&m.web_db.id];
     assert!(
-        rel.unit_bags["web/0"].is_empty(),
+        written(&rel.unit_bags["web/0"]).is_empty(),
         "unit bag written: {:?}",
         rel.unit_bags
     );
@@ -380,7 +380,7 @@ async fn fenced_commit_with_current_term_is_applied(store: &dyn Store) {
     let snap = store.snapshot("web/0").await.unwrap();
     let rel = &snap.relations[&m.web_db.id];
     assert_eq!(
-        *rel.unit_bags["web/0"],
+        written(&rel.unit_bags["web/0"]),
         BTreeMap::from([("host".into(), "web-0".into())])
     );
     assert_eq!(
@@ -1939,6 +1939,68 @@ async fn a_commit_whose_hook_read_changed_is_stale_and_applies_nothing(store: &d
     assert!(matches!(err, CommitError::Stale { .. }), "config: {err:?}");
 }
 
+async fn unit_bags_carry_the_network_keys_juju_sets(store: &dyn Store) {
+    use charm_host::model::network::unit_address;
+
+    let m = deploy(store).await;
+    drain(store, &ALL_UNITS).await;
+    let model = store.model_name().to_string();
+    let snapshot = store.snapshot("web/0").await.unwrap();
+    let view = &snapshot.relations[&m.web_db.id];
+    for unit in ["web/0", "db/0"] {
+        let bag = &view.unit_bags[unit];
+        let address = unit_address(&model, unit);
+        assert_eq!(bag["ingress-address"], address, "{unit}");
+        assert_eq!(bag["private-address"], address, "{unit}");
+        // A DNS name gives no egress subnets.
+        assert!(!bag.contains_key("egress-subnets"), "{unit}: {bag:?}");
+    }
+    assert_eq!(
+        view.unit_bags["db/0"]["ingress-address"],
+        format!("db-0.db-endpoints.{model}.svc.cluster.local")
+    );
+    // A bag read as the hook asks carries them too, so that its commit's check agrees.
+    let bag = store.unit_bag(m.web_db.id, "db/0").await.unwrap();
+    assert_eq!(bag["ingress-address"], unit_address(&model, "db/0"));
+
+    // A charm's own value stays; the keys it did not write keep the host's.
+    let publish = Changes {
+        unit_bags: BTreeMap::from([(
+            m.web_db.id,
+            writes(&[("ingress-address", Some("10.0.0.5"))]),
+        )]),
+        ..Changes::default()
+    };
+    store.commit("db/0", None, &publish, None).await.unwrap();
+    let snapshot = store.snapshot("web/0").await.unwrap();
+    let bag = &snapshot.relations[&m.web_db.id].unit_bags["db/0"];
+    assert_eq!(bag["ingress-address"], "10.0.0.5");
+    assert_eq!(bag["private-address"], unit_address(&model, "db/0"));
+    // And a hook that read it commits: what it read is what the store reads now.
+    let read = store.hook_read_lazily("web/0", 0).await.unwrap();
+    let mut read = read;
+    read.snapshot
+        .relations
+        .get_mut(&m.web_db.id)
+        .unwrap()
+        .unit_bags
+        .insert(
+            "db/0".into(),
+            store.unit_bag(m.web_db.id, "db/0").await.unwrap(),
+        );
+    let fence = hold(store, "web", "web/0", LONG).await;
+    store
+        .commit_hook(checked(
+            "web/0",
+            None,
+            &leader_hook(&m),
+            Some(&fence),
+            &read,
+        ))
+        .await
+        .unwrap();
+}
+
 async fn a_hook_reads_remote_bags_as_it_asks_and_its_commit_checks_those_alone(store: &dyn Store) {
     let m = deploy(store).await;
     drain(store, &ALL_UNITS).await;
@@ -2030,14 +2092,8 @@ async fn a_hook_reads_remote_bags_as_it_asks_and_its_commit_checks_those_alone(s
     // (web/0 has one in `db`, two peers).
     let small = store.hook_read_lazily("web/0", 2).await.unwrap();
     assert_eq!(small, store.hook_read("web/0").await.unwrap());
-    // A unit with no bag in the relation reads an empty one.
-    assert!(
-        store
-            .unit_bag(m.web_db.id, "web/1")
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    // A unit with no bag in the relation reads an empty one (but for the network keys).
+    assert!(written(&store.unit_bag(m.web_db.id, "web/1").await.unwrap()).is_empty());
 }
 
 async fn what_a_hook_did_not_read_does_not_make_its_commit_stale(store: &dyn Store) {
@@ -2526,8 +2582,10 @@ async fn remove_relation_departs_then_breaks_then_drops_its_bags(store: &dyn Sto
     let (again, _) = store.relate("other", "db").await.unwrap();
     assert!(again.id > r, "a relation id was reused");
     assert!(
-        store.snapshot("other/0").await.unwrap().relations[&again.id].unit_bags["other/0"]
-            .is_empty()
+        written(
+            &store.snapshot("other/0").await.unwrap().relations[&again.id].unit_bags["other/0"]
+        )
+        .is_empty()
     );
 }
 
@@ -3315,6 +3373,7 @@ contract! {
     a_commit_whose_hook_read_changed_is_stale_and_applies_nothing,
     what_a_hook_did_not_read_does_not_make_its_commit_stale,
     a_hook_reads_remote_bags_as_it_asks_and_its_commit_checks_those_alone,
+    unit_bags_carry_the_network_keys_juju_sets,
     elected_term_round_trips,
     set_config_checks_types_and_fires_config_changed,
     refused_changes_change_nothing,
@@ -4279,7 +4338,7 @@ mod sqlite_only {
         assert_eq!(err, CommitError::Fenced { fence: loser });
         assert_eq!(a.pod_spec("web").await.unwrap(), None);
         assert!(
-            a.snapshot("web/1").await.unwrap().relations[&m.web_db.id].unit_bags["web/1"]
+            written(&a.snapshot("web/1").await.unwrap().relations[&m.web_db.id].unit_bags["web/1"])
                 .is_empty()
         );
         // The winner's commit through the other handle is accepted and visible to both.
@@ -4294,8 +4353,17 @@ mod sqlite_only {
 }
 
 /// A snapshot's shared bags, as plain bags to compare.
+/// The bags as the charms wrote them: without the network keys the host shows in every unit
+/// bag ([`unit_bags_carry_the_network_keys_juju_sets`]).
 fn plain(bags: &BTreeMap<String, std::sync::Arc<Bag>>) -> BTreeMap<String, Bag> {
-    bags.iter()
-        .map(|(k, v)| (k.clone(), (**v).clone()))
-        .collect()
+    bags.iter().map(|(k, v)| (k.clone(), written(v))).collect()
+}
+
+/// A unit bag as its charm wrote it: without the network keys the host shows.
+fn written(bag: &Bag) -> Bag {
+    let mut bag = bag.clone();
+    for key in charm_host::model::network::NETWORK_KEYS {
+        bag.remove(key);
+    }
+    bag
 }

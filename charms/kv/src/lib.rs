@@ -80,11 +80,13 @@ impl Charm for Kv {
     }
 }
 
-/// This unit's address inside the cluster, from its name: `kv/1` is `kv-1.kv-endpoints`.
+/// This unit's address inside the cluster, as the host gives it (`network-get`), with the
+/// port: `kv/1` in model `prod` is `kv-1.kv-endpoints.prod.svc.cluster.local:7379`.
 pub fn address(model: &Model) -> HookResult<String> {
     let port: i64 = model.config().get("port")?;
-    let host = model.unit().name().replace('/', "-");
-    Ok(format!("{host}.{}-endpoints:{port}", model.app().name()))
+    let network = model.network(CLUSTER)?;
+    let host = network.ingress_address().unwrap_or_default();
+    Ok(format!("{host}:{port}"))
 }
 
 fn publish_address(model: &Model) -> HookResult {

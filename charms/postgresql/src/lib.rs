@@ -87,9 +87,10 @@ fn publish(model: &Model, relation: u32, request: &DatabaseRequest) -> HookResul
     let port: i64 = model.config().get("port")?;
     let default_db: String = model.config().get("database")?;
     let credentials = DB.credentials(model, relation, generate_password)?;
-    let app = model.app().name();
+    // The leader publishes, and runs the one database: its own address is the master's.
+    let network = model.network("db")?;
     let master = ConnectionString::new()
-        .host(format!("{app}-0.{app}-endpoints"))
+        .host(network.ingress_address().unwrap_or_default())
         .port(u16::try_from(port)?)
         .dbname(request.database.clone().unwrap_or(default_db))
         .user(credentials.user)

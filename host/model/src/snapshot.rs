@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use crate::error::{StoreError, not_found};
-use crate::operations::live_units;
 use crate::network::with_network_keys;
+use crate::operations::live_units;
 use crate::records::{Hook, RelationId, RelationView, SharedBag, UnitSnapshot, app_of};
 use crate::tx::ModelTx;
 

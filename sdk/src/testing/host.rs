@@ -203,7 +203,13 @@ pub(super) fn from_model(value: charm_model::ConfigValue) -> ConfigValue {
 
 impl Hook {
     /// A hook of `unit` starting from `snapshot`, with nothing written yet.
-    pub fn new(model: &str, unit: &str, metadata: Metadata, snapshot: State, faults: Faults) -> Self {
+    pub fn new(
+        model: &str,
+        unit: &str,
+        metadata: Metadata,
+        snapshot: State,
+        faults: Faults,
+    ) -> Self {
         Hook {
             model: model.to_string(),
             unit: unit.to_string(),

@@ -8,15 +8,21 @@ use charm_sdk::{ActionEvent, Event, RelationEvent, Status};
 /// Unit 0's cluster relation, with units 1 and 2 joined and their addresses published.
 pub fn cluster() -> Relation {
     Relation::peer(1, "cluster")
-        .remote_unit("kv/1", [("address", "kv-1.kv-endpoints:7379")])
-        .remote_unit("kv/2", [("address", "kv-2.kv-endpoints:7379")])
+        .remote_unit(
+            "kv/1",
+            [("address", "kv-1.kv-endpoints.test.svc.cluster.local:7379")],
+        )
+        .remote_unit(
+            "kv/2",
+            [("address", "kv-2.kv-endpoints.test.svc.cluster.local:7379")],
+        )
 }
 
 fn changed() -> Event {
     Event::RelationChanged(RelationEvent::new(1, "cluster", "kv").unit("kv/1"))
 }
 
-const MEMBERS: &str = "kv-0.kv-endpoints:7379,kv-1.kv-endpoints:7379,kv-2.kv-endpoints:7379";
+const MEMBERS: &str = "kv-0.kv-endpoints.test.svc.cluster.local:7379,kv-1.kv-endpoints.test.svc.cluster.local:7379,kv-2.kv-endpoints.test.svc.cluster.local:7379";
 
 /// The leader publishes the member list to its peers and sets the pod spec with it.
 pub fn leader_forms_the_cluster(runner: &dyn HookRunner) {
@@ -24,7 +30,10 @@ pub fn leader_forms_the_cluster(runner: &dyn HookRunner) {
     assert_eq!(out.outcome, Outcome::Committed);
     let cluster = out.state.relation_by_id(1).unwrap();
     assert_eq!(cluster.local_app_data["members"], MEMBERS);
-    assert_eq!(cluster.local_unit_data["address"], "kv-0.kv-endpoints:7379");
+    assert_eq!(
+        cluster.local_unit_data["address"],
+        "kv-0.kv-endpoints.test.svc.cluster.local:7379"
+    );
     let spec = out
         .state
         .pod_spec
