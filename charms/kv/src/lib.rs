@@ -90,7 +90,7 @@ pub fn address(model: &Model) -> HookResult<String> {
 fn publish_address(model: &Model) -> HookResult {
     if let Some(cluster) = model.relation(CLUSTER)? {
         let address = address(model)?;
-        let mut bag = cluster.local_unit_data()?;
+        let bag = cluster.local_unit_data()?;
         if bag.get("address") != Some(address.as_str()) {
             bag.set("address", &address)?;
         }
@@ -117,7 +117,7 @@ fn reconcile(model: &Model) -> HookResult {
     };
     if model.is_leader() {
         let members = members(model, &cluster)?.join(",");
-        let mut app = cluster.local_app_data()?;
+        let app = cluster.local_app_data()?;
         if app.get(MEMBERS) != Some(members.as_str()) {
             app.set(MEMBERS, &members)?;
         }
