@@ -137,7 +137,9 @@ impl ActionEvent {
         })
     }
 
-    /// Sets one result. Keys are lowercase letters, digits and `-`, starting with a letter.
+    /// Sets one result. Keys are lowercase letters, digits and `-`, starting with a letter;
+    /// a dot nests a key under another (`db.host`), as with Juju's `action-set`. The host
+    /// refuses any other key, naming it.
     ///
     /// ```no_run
     /// # fn f(action: &charm_sdk::ActionEvent) -> charm_sdk::HookResult {
@@ -166,6 +168,80 @@ impl ActionEvent {
         backend::with(|b| b.action_set_results(&results))
     }
 
+    /// Sets the results from a value of the charm's own type: a struct or a map, serialised
+    /// with serde and nested as Juju's `action-set` nests them. A nested struct or map
+    /// becomes dotted keys (`db.host`); a string is the value as it is; a number, a
+    /// boolean or a list is its JSON text (`42`, `true`, `["a","b"]`); `None` (JSON `null`)
+    /// sets nothing. Each key, and each part of a nested one, follows
+    /// [`set_result`](Self::set_result)'s rule and holds no dot of its own. A bad key is an
+    /// [`Error::InvalidArgument`] naming it, and nothing is set.
+    ///
+    /// ```
+    /// use charm_sdk::testing::{Context, State};
+    /// use charm_sdk::{ActionEvent, Charm, Event, HookResult, Metadata, Model};
+    /// use serde::Serialize;
+    ///
+    /// #[derive(Serialize)]
+    /// #[serde(rename_all = "kebab-case")]
+    /// struct Backup { backup_id: String, size_mib: u64, compressed: bool, target: Target }
+    ///
+    /// #[derive(Serialize)]
+    /// struct Target { host: &'static str, port: u16, path: Option<String> }
+    ///
+    /// struct Db;
+    /// impl Charm for Db {
+    ///     fn metadata() -> Metadata { Metadata::new("db").action("backup", "Dumps the data") }
+    ///     fn handle(_: &Model, event: Event) -> HookResult {
+    ///         if let Event::Action(action) = event {
+    ///             let target = Target { host: "backup.local", port: 873, path: None };
+    ///             let backup = Backup { backup_id: "b-1".into(), size_mib: 42, compressed: true, target };
+    ///             action.set_results_from(&backup)?;
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    /// let out = Context::<Db>::new().run(Event::Action(ActionEvent::new("backup")), State::default());
+    /// let results = out.action.expect("an action ran").results;
+    /// assert_eq!(results["backup-id"], "b-1");
+    /// assert_eq!(results["size-mib"], "42");
+    /// assert_eq!(results["compressed"], "true");
+    /// assert_eq!(results["target.host"], "backup.local");
+    /// assert_eq!(results["target.port"], "873");
+    /// assert!(!results.contains_key("target.path"), "None sets nothing");
+    /// assert_eq!(results.len(), 5);
+    /// ```
+    ///
+    /// A key Juju would refuse fails the call, and says which:
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use charm_sdk::testing::{Context, State};
+    /// use charm_sdk::{ActionEvent, Charm, Error, Event, HookResult, Metadata, Model};
+    ///
+    /// struct Bad;
+    /// impl Charm for Bad {
+    ///     fn metadata() -> Metadata { Metadata::new("bad").action("report", "") }
+    ///     fn handle(_: &Model, event: Event) -> HookResult {
+    ///         if let Event::Action(action) = event {
+    ///             let db = BTreeMap::from([("Host", "x"), ("port", "1")]);
+    ///             let err = action.set_results_from(&BTreeMap::from([("db", db)])).unwrap_err();
+    ///             let Error::InvalidArgument(why) = &err else { panic!("{err}") };
+    ///             assert!(why.starts_with(r#"action result key "db.Host": part "Host""#), "{why}");
+    ///             // Not a struct or a map: no keys to set.
+    ///             assert!(action.set_results_from(&[1, 2]).is_err());
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    /// let out = Context::<Bad>::new().run(Event::Action(ActionEvent::new("report")), State::default());
+    /// assert!(out.committed(), "{:?}", out.outcome);
+    /// assert!(out.action.expect("an action ran").results.is_empty(), "nothing is set");
+    /// ```
+    pub fn set_results_from<T: Serialize + ?Sized>(&self, results: &T) -> Result<()> {
+        let flat = flatten_results(serde_json::to_value(results)?)?;
+        backend::with(|b| b.action_set_results(&flat))
+    }
+
     /// Marks the action failed. The hook still succeeds and its writes are applied; return
     /// an error from the hook to discard them too.
     ///
@@ -189,6 +265,75 @@ impl ActionEvent {
     /// ```
     pub fn log(&self, message: &str) {
         backend::with(|b| b.action_log(message))
+    }
+}
+
+/// `value`'s results as `action-set` takes them: one dotted key per string, number,
+/// boolean or list, checked against Juju's rule for result keys.
+fn flatten_results(value: serde_json::Value) -> Result<Vec<(String, String)>> {
+    let serde_json::Value::Object(map) = value else {
+        return Err(Error::InvalidArgument(format!(
+            "action results are a struct or a map of keys, not {}",
+            json_kind(&value)
+        )));
+    };
+    let mut flat = Vec::new();
+    flatten_into(&mut flat, "", map)?;
+    Ok(flat)
+}
+
+fn flatten_into(
+    flat: &mut Vec<(String, String)>,
+    prefix: &str,
+    map: serde_json::Map<String, serde_json::Value>,
+) -> Result<()> {
+    use serde_json::Value;
+    for (part, value) in map {
+        let key = if prefix.is_empty() {
+            part.clone()
+        } else {
+            format!("{prefix}.{part}")
+        };
+        if !valid_result_key_part(&part) {
+            // The same words as the host's refusal of a key given as a string.
+            let which = if part == key {
+                String::new()
+            } else {
+                format!(": part {part:?}")
+            };
+            return Err(Error::InvalidArgument(format!(
+                "action result key {key:?}{which}: use lowercase letters, digits and '-', \
+                 starting with a letter"
+            )));
+        }
+        match value {
+            Value::Object(nested) => flatten_into(flat, &key, nested)?,
+            // An absent optional field: Juju has no null result.
+            Value::Null => {}
+            Value::String(text) => flat.push((key, text)),
+            other => flat.push((key, other.to_string())),
+        }
+    }
+    Ok(())
+}
+
+/// One part of a result key, by Juju's rule (a dot would nest it: not part of a part).
+fn valid_result_key_part(part: &str) -> bool {
+    part.starts_with(|c: char| c.is_ascii_lowercase())
+        && part
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// What a JSON value is, for an error.
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "a map",
     }
 }
 
@@ -317,5 +462,101 @@ impl Event {
                 params: serde_json::from_str(&a.params).unwrap_or_default(),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn flat(value: serde_json::Value) -> Vec<(String, String)> {
+        flatten_results(value).unwrap()
+    }
+
+    fn refusal(value: serde_json::Value) -> String {
+        match flatten_results(value) {
+            Err(Error::InvalidArgument(why)) => why,
+            other => panic!("not refused as an invalid argument: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn nested_maps_become_dotted_keys_and_scalars_their_json_text() {
+        let results = flat(json!({
+            "name": "db-1",
+            "size": 42,
+            "ratio": 0.5,
+            "ok": false,
+            "tags": ["a", "b"],
+            "gone": null,
+            "empty": {},
+            "target": {"host": "h", "tls": {"enabled": true, "ca": "x"}},
+        }));
+        let expected = [
+            ("name", "db-1"),
+            ("ok", "false"),
+            ("ratio", "0.5"),
+            ("size", "42"),
+            ("tags", r#"["a","b"]"#),
+            ("target.host", "h"),
+            ("target.tls.ca", "x"),
+            ("target.tls.enabled", "true"),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(results, expected);
+    }
+
+    #[test]
+    fn a_bad_key_is_named_with_its_path() {
+        assert_eq!(
+            refusal(json!({"Size": 1})),
+            "action result key \"Size\": use lowercase letters, digits and '-', starting with a letter"
+        );
+        let why = refusal(json!({"target": {"tls": {"2nd": 1}}}));
+        assert!(
+            why.starts_with(r#"action result key "target.tls.2nd": part "2nd":"#),
+            "{why}"
+        );
+        // A dot in a key of its own would read as nesting that is not there.
+        let why = refusal(json!({"a.b": 1}));
+        assert!(why.starts_with(r#"action result key "a.b""#), "{why}");
+        let why = refusal(json!({"a": {"": 1}}));
+        assert!(
+            why.starts_with(r#"action result key "a.": part """#),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn only_a_struct_or_a_map_has_keys() {
+        for (value, kind) in [
+            (json!([1]), "a list"),
+            (json!("x"), "a string"),
+            (json!(3), "a number"),
+            (json!(null), "null"),
+        ] {
+            let why = refusal(value);
+            assert!(why.ends_with(kind), "{why}");
+        }
+    }
+
+    #[test]
+    fn keys_agree_with_the_hosts_rule() {
+        let parts = [
+            "", "a", "a-", "-a", "a1", "1a", "A", "aB", "é", "a_b", "a b", "ab-cd-9", "a.b",
+        ];
+        for part in parts {
+            let host = charm_model::access::action_result_keys([part]).is_ok();
+            let ours = flatten_results(json!({ part: 1 })).is_ok();
+            assert_eq!(ours, host && !part.contains('.'), "{part:?}");
+        }
+        let results = flat(json!({"db": {"primary": {"host": "h"}}, "n-1": 1}));
+        let keys = results.iter().map(|(k, _)| k.as_str());
+        assert!(charm_model::access::action_result_keys(keys).is_ok());
     }
 }

@@ -33,6 +33,41 @@
 //! buffered by the host and applied together when the hook returns `Ok`; an `Err` or a panic
 //! applies nothing. [`Model::is_leader`] gives one answer for the whole hook, and a hook that
 //! was told it leads is never refused a leader-only write for leadership.
+//!
+//! Every bag is read and written through a shared reference: a relation's unit and
+//! application bags ([`DataBag`]), the leader settings ([`LeaderData`]) and the unit's
+//! stored state ([`StoredState`]) all take `&self` in `get`, `set` and `remove`. A bag needs
+//! no `mut` binding, and a helper takes it as `&DataBag`.
+//!
+//! ```
+//! use charm_sdk::testing::{Context, Relation, State};
+//! use charm_sdk::{Charm, DataBag, Event, HookResult, Metadata, Model};
+//!
+//! /// Writes `value` under `key` unless it is there already.
+//! fn publish(bag: &DataBag, key: &str, value: &str) -> charm_sdk::Result<()> {
+//!     if bag.get(key) == Some(value) { Ok(()) } else { bag.set(key, value) }
+//! }
+//!
+//! struct Publisher;
+//! impl Charm for Publisher {
+//!     fn metadata() -> Metadata { Metadata::new("publisher").requires("db", "pgsql") }
+//!     fn handle(model: &Model, _: Event) -> HookResult {
+//!         let bag = model.relation("db")?.expect("related").local_unit_data()?;
+//!         publish(&bag, "address", "10.0.0.7")?;
+//!         let leader = model.leader_data();
+//!         leader.set("address", "10.0.0.7")?;
+//!         let stored = model.stored();
+//!         stored.set("published", &true)?;
+//!         Ok(())
+//!     }
+//! }
+//! let state = State::default().leader(true).relation(Relation::new(1, "db", "postgresql"));
+//! let out = Context::<Publisher>::new().run(Event::Start, state);
+//! assert!(out.committed(), "{:?}", out.outcome);
+//! assert_eq!(out.state.relations[0].local_unit_data["address"], "10.0.0.7");
+//! assert_eq!(out.state.leader_data["address"], "10.0.0.7");
+//! assert_eq!(out.state.stored["published"], "true");
+//! ```
 
 #![deny(missing_docs)]
 

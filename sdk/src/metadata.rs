@@ -23,6 +23,8 @@ pub enum RelationRole {
 /// let meta = charm_sdk::Metadata::new("web").requires("db", "pgsql");
 /// assert_eq!(meta.relations[0].interface, "pgsql");
 /// assert_eq!(meta.relations[0].limit, None);
+/// let limited = charm_sdk::Metadata::new("web").requires("db", "pgsql").limit(1);
+/// assert_eq!(limited.relations[0].limit, Some(1));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RelationMeta {
@@ -32,7 +34,7 @@ pub struct RelationMeta {
     pub role: RelationRole,
     /// The interface spoken on it, such as `pgsql`.
     pub interface: String,
-    /// The most relations it accepts; `None` for no limit.
+    /// The most relations it accepts; `None` for no limit. Set with [`Metadata::limit`].
     pub limit: Option<u32>,
 }
 
@@ -303,6 +305,38 @@ impl Metadata {
     /// ```
     pub fn peers(self, name: impl Into<String>, interface: impl Into<String>) -> Self {
         self.endpoint(name, RelationRole::Peers, interface)
+    }
+
+    /// Limits the endpoint declared last to at most `limit` relations, as `limit:` does in
+    /// a Juju `metadata.yaml`; an endpoint without one accepts any number. Write it right
+    /// after the [`provides`](Self::provides), [`requires`](Self::requires) or
+    /// [`peers`](Self::peers) it is about.
+    ///
+    /// ```
+    /// use charm_sdk::Metadata;
+    ///
+    /// let meta = Metadata::new("discourse")
+    ///     .requires("db", "pgsql")
+    ///     .limit(1)
+    ///     .provides("website", "http");
+    /// assert_eq!(meta.relations[0].limit, Some(1));
+    /// assert_eq!(meta.relations[1].limit, None);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When no endpoint has been declared yet: there is nothing to limit, and a charm's
+    /// metadata is the same every time, so its first test shows the mistake.
+    ///
+    /// ```should_panic
+    /// charm_sdk::Metadata::new("web").limit(1);
+    /// ```
+    pub fn limit(mut self, limit: u32) -> Self {
+        let endpoint = self.relations.last_mut().expect(
+            "Metadata::limit: declare the endpoint (provides, requires or peers) before its limit",
+        );
+        endpoint.limit = Some(limit);
+        self
     }
 
     /// Declares a config option.

@@ -501,6 +501,8 @@ impl Application {
 
 /// The leader settings: read by every unit, written by the leader.
 ///
+/// Written through a shared reference, as every bag is (see [`DataBag`](crate::DataBag)).
+///
 /// ```no_run
 /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
 /// let data = model.leader_data();
@@ -561,6 +563,8 @@ impl LeaderData {
 }
 
 /// The unit's persistent state, kept by the host across hooks (ops' `StoredState`).
+///
+/// Written through a shared reference, as every bag is (see [`DataBag`](crate::DataBag)).
 ///
 /// ```no_run
 /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {

@@ -1,4 +1,6 @@
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::fmt;
 use std::rc::Rc;
 
 use crate::backend::{self, Entries, RelationInfo};
@@ -99,11 +101,11 @@ impl Relation {
     /// ```
     pub fn unit_data(&self, unit: &str) -> Result<DataBag> {
         let entries = backend::with(|b| b.unit_data(self.id, unit))?;
-        Ok(DataBag {
-            relation: self.id,
-            owner: Owner::Unit(unit.to_string()),
+        Ok(DataBag::new(
+            self.id,
+            Owner::Unit(unit.to_string()),
             entries,
-        })
+        ))
     }
 
     /// An application's bag: this application's (leader only, except on a peer relation,
@@ -117,11 +119,7 @@ impl Relation {
     /// ```
     pub fn app_data(&self, app: &str) -> Result<DataBag> {
         let entries = backend::with(|b| b.app_data(self.id, app))?;
-        Ok(DataBag {
-            relation: self.id,
-            owner: Owner::App(app.to_string()),
-            entries,
-        })
+        Ok(DataBag::new(self.id, Owner::App(app.to_string()), entries))
     }
 
     /// This unit's own bag, which it alone writes.
@@ -172,6 +170,11 @@ impl Relation {
 /// Reads come from the hook's snapshot plus its own writes; `set` and `remove` are checked
 /// by the host against Juju's access rules and buffered until the hook commits.
 ///
+/// Like every bag of the SDK ([`LeaderData`](crate::LeaderData),
+/// [`StoredState`](crate::StoredState)), it is written through a shared reference: `set`
+/// and `remove` take `&self`. A value borrowed with [`get`](Self::get) stays as it was read
+/// while the bag is written.
+///
 /// ```
 /// use charm_sdk::testing::{Context, Relation, State};
 /// use charm_sdk::{Charm, Event, HookResult, Metadata, Model};
@@ -180,24 +183,43 @@ impl Relation {
 /// impl Charm for Addressed {
 ///     fn metadata() -> Metadata { Metadata::new("addressed").requires("db", "pgsql") }
 ///     fn handle(model: &Model, _: Event) -> HookResult {
-///         let mut bag = model.relation("db")?.expect("related").local_unit_data()?;
+///         let bag = model.relation("db")?.expect("related").local_unit_data()?;
+///         let before = bag.get("address");
 ///         bag.set("address", "10.0.0.7")?;
+///         assert_eq!(before, Some("10.0.0.1"));
+///         assert_eq!(bag.get("address"), Some("10.0.0.7"));
 ///         Ok(())
 ///     }
 /// }
-/// let state = State::default().relation(Relation::new(1, "db", "postgresql"));
-/// let out = Context::<Addressed>::new().run(Event::Start, state);
+/// let db = Relation::new(1, "db", "postgresql").local_unit_data([("address", "10.0.0.1")]);
+/// let out = Context::<Addressed>::new().run(Event::Start, State::default().relation(db));
+/// assert!(out.committed(), "{:?}", out.outcome);
 /// assert_eq!(out.state.relations[0].local_unit_data["address"], "10.0.0.7");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataBag {
     relation: u32,
     owner: Owner,
-    /// Shared with the hook's read cache until this bag is written.
-    entries: Entries,
+    /// The entries as this bag sees them; shared with the hook's read cache until written.
+    entries: RefCell<Entries>,
+    /// Earlier versions of `entries` that a reference handed out by `get` or `entries` may
+    /// still point into, kept unchanged until the bag is dropped. In WebAssembly the hook
+    /// arena would not take their memory back before the hook ends anyway.
+    superseded: RefCell<Vec<Entries>>,
+    /// Whether a reference into the current version of `entries` has been handed out.
+    lent: Cell<bool>,
 }
 
 impl DataBag {
+    fn new(relation: u32, owner: Owner, entries: Entries) -> Self {
+        DataBag {
+            relation,
+            owner,
+            entries: RefCell::new(entries),
+            superseded: RefCell::new(Vec::new()),
+            lent: Cell::new(false),
+        }
+    }
+
     /// One value.
     ///
     /// ```no_run
@@ -206,7 +228,11 @@ impl DataBag {
     /// # }
     /// ```
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.entries.get(key).map(String::as_str)
+        // A miss hands nothing out, so a `set` after it writes in place (no copy).
+        if !self.entries.borrow().contains_key(key) {
+            return None;
+        }
+        self.lend().get(key).map(String::as_str)
     }
 
     /// Every entry, sorted by key.
@@ -217,7 +243,7 @@ impl DataBag {
     /// # }
     /// ```
     pub fn entries(&self) -> &BTreeMap<String, String> {
-        &self.entries
+        self.lend()
     }
 
     /// Sets a value.
@@ -229,23 +255,52 @@ impl DataBag {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+    pub fn set(&self, key: &str, value: &str) -> Result<()> {
         self.write(key, Some(value))?;
-        Rc::make_mut(&mut self.entries).insert(key.to_string(), value.to_string());
+        self.edit(|entries| {
+            entries.insert(key.to_string(), value.to_string());
+        });
         Ok(())
     }
 
     /// Removes a value.
     ///
     /// ```no_run
-    /// # fn f(bag: &mut charm_sdk::DataBag) -> charm_sdk::HookResult {
+    /// # fn f(bag: &charm_sdk::DataBag) -> charm_sdk::HookResult {
     /// bag.remove("address")?;
     /// # Ok(()) }
     /// ```
-    pub fn remove(&mut self, key: &str) -> Result<()> {
+    pub fn remove(&self, key: &str) -> Result<()> {
         self.write(key, None)?;
-        Rc::make_mut(&mut self.entries).remove(key);
+        self.edit(|entries| {
+            entries.remove(key);
+        });
         Ok(())
+    }
+
+    /// The current version of the entries, for a reference that lives as long as `&self`.
+    fn lend(&self) -> &BTreeMap<String, String> {
+        self.lent.set(true);
+        let map: *const BTreeMap<String, String> = Rc::as_ptr(&self.entries.borrow());
+        // SAFETY: the map is inside an `Rc` that this bag holds, in `entries` or, once
+        // superseded, in `superseded`, until it is dropped; a reference bounded by `&self`
+        // cannot outlive that. Nobody changes it meanwhile: a shared `Rc` is never written,
+        // and `edit` writes in place only to a version nothing was lent from (`lent` is
+        // set here, before the reference exists). The `Ref` is let go at once, so `edit`
+        // can borrow the cell again.
+        unsafe { &*map }
+    }
+
+    /// Applies a write the host accepted to this bag's own view of its entries.
+    fn edit(&self, change: impl FnOnce(&mut BTreeMap<String, String>)) {
+        let mut entries = self.entries.borrow_mut();
+        if self.lent.replace(false) {
+            // Something may point into this version: keep it as it is. Now shared, it is
+            // copied by `make_mut` below, and the copy has lent nothing yet.
+            self.superseded.borrow_mut().push(Rc::clone(&entries));
+        }
+        // Copies the entries too while the read cache, or another bag, shares them.
+        change(Rc::make_mut(&mut entries));
     }
 
     fn write(&self, key: &str, value: Option<&str>) -> Result<()> {
@@ -256,5 +311,140 @@ impl DataBag {
             Owner::App(app) => backend::write(|b| b.set_app_data(self.relation, app, key, value))?,
         }
         Ok(())
+    }
+}
+
+impl Clone for DataBag {
+    /// The same bag, sharing the entries until either is written; the copy has lent nothing.
+    fn clone(&self) -> Self {
+        DataBag::new(
+            self.relation,
+            self.owner.clone(),
+            Rc::clone(&self.entries.borrow()),
+        )
+    }
+}
+
+impl PartialEq for DataBag {
+    fn eq(&self, other: &Self) -> bool {
+        self.relation == other.relation
+            && self.owner == other.owner
+            && **self.entries.borrow() == **other.entries.borrow()
+    }
+}
+
+impl Eq for DataBag {}
+
+impl fmt::Debug for DataBag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DataBag")
+            .field("relation", &self.relation)
+            .field("owner", &self.owner)
+            .field("entries", &**self.entries.borrow())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Context, Relation as TestRelation, State};
+    use crate::{Charm, Event, HookResult, Metadata, Model};
+
+    fn bag(entries: &[(&str, &str)]) -> DataBag {
+        let entries = entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        DataBag::new(1, Owner::Unit("app/0".into()), Rc::new(entries))
+    }
+
+    fn set(bag: &DataBag, key: &str, value: &str) {
+        bag.edit(|e| {
+            e.insert(key.to_string(), value.to_string());
+        });
+    }
+
+    #[test]
+    fn what_was_lent_stays_as_it_was_read() {
+        let bag = bag(&[("a", "1"), ("b", "2")]);
+        let a = bag.get("a").unwrap();
+        let all = bag.entries();
+        set(&bag, "a", "changed");
+        bag.edit(|e| {
+            e.remove("b");
+        });
+        set(&bag, "c", "3");
+        assert_eq!(a, "1");
+        assert_eq!(all.len(), 2);
+        assert_eq!(all["b"], "2");
+        assert_eq!(bag.get("a"), Some("changed"));
+        assert_eq!(bag.get("b"), None);
+        assert_eq!(bag.entries().len(), 2);
+    }
+
+    #[test]
+    fn a_version_is_kept_only_when_something_was_lent_from_it() {
+        let bag = bag(&[("a", "1")]);
+        set(&bag, "b", "2");
+        assert_eq!(bag.get("missing"), None);
+        set(&bag, "c", "3");
+        assert!(bag.superseded.borrow().is_empty(), "nothing was lent");
+        let _ = bag.get("a");
+        set(&bag, "a", "2");
+        set(&bag, "a", "3");
+        assert_eq!(
+            bag.superseded.borrow().len(),
+            1,
+            "one version was lent from"
+        );
+    }
+
+    #[test]
+    fn a_clone_shares_nothing_it_writes() {
+        let original = bag(&[("a", "1")]);
+        let copy = original.clone();
+        let from_copy = copy.get("a").unwrap();
+        set(&original, "a", "2");
+        drop(original);
+        assert_eq!(from_copy, "1");
+        set(&copy, "b", "2");
+        assert_eq!(from_copy, "1");
+        assert_eq!(copy.get("a"), Some("1"));
+        assert_eq!(copy, bag(&[("a", "1"), ("b", "2")]));
+    }
+
+    /// Reads, writes and removes interleaved on one bag, and a second bag of the same
+    /// relation read afterwards, through the harness's host.
+    struct Interleaved;
+    impl Charm for Interleaved {
+        fn metadata() -> Metadata {
+            Metadata::new("interleaved").requires("db", "pgsql")
+        }
+        fn handle(model: &Model, _: Event) -> HookResult {
+            let db = model.relation("db")?.expect("related");
+            let bag = db.local_unit_data()?;
+            let old = bag.get("a").expect("in the state");
+            bag.set("a", "2")?;
+            bag.remove("b")?;
+            bag.set("c", "3")?;
+            assert_eq!(old, "1");
+            assert_eq!(bag.get("a"), Some("2"));
+            assert_eq!(bag.get("b"), None);
+            let again = db.local_unit_data()?;
+            assert_eq!(again.entries(), bag.entries());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn writes_reach_the_host_and_a_later_read() {
+        let db = TestRelation::new(1, "db", "postgresql").local_unit_data([("a", "1"), ("b", "x")]);
+        let out = Context::<Interleaved>::new().run(Event::Start, State::default().relation(db));
+        assert!(out.committed(), "{:?}", out.outcome);
+        let written = &out.state.relations[0].local_unit_data;
+        assert_eq!(written.get("a").map(String::as_str), Some("2"));
+        assert_eq!(written.get("b"), None);
+        assert_eq!(written.get("c").map(String::as_str), Some("3"));
     }
 }

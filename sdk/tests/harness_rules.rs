@@ -342,7 +342,10 @@ fn action_results_keys_follow_juju_and_failures_are_reported() {
                 unreachable!()
             };
             record(model, "bad-key", action.set_result("Bad_Key", "x"))?;
+            record(model, "bad-part", action.set_result("disk.Free", "x"))?;
             action.set_results([("size", "42"), ("unit", "MiB")])?;
+            // A dot nests a key, as with Juju's action-set.
+            action.set_result("disk.free", "3")?;
             action.fail("disk full");
             Ok(())
         },
@@ -350,8 +353,11 @@ fn action_results_keys_follow_juju_and_failures_are_reported() {
         State::default(),
     );
     assert!(recorded(&out, "bad-key").contains("InvalidArgument"));
+    let bad_part = recorded(&out, "bad-part");
+    assert!(bad_part.contains(r#"part \"Free\""#), "{bad_part}");
     let action = out.action.clone().unwrap();
-    assert_eq!(action.results.len(), 2);
+    assert_eq!(action.results.len(), 3);
+    assert_eq!(action.results["disk.free"], "3");
     assert_eq!(action.failure.as_deref(), Some("disk full"));
     // A failed action still commits its hook's writes.
     assert!(out.committed());

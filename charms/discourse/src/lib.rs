@@ -31,7 +31,9 @@ impl Charm for Discourse {
     fn metadata() -> Metadata {
         let metadata = Metadata::new("discourse")
             .summary("Discourse discussion forum")
+            // One forum, one database: the pod spec carries a single master.
             .requires("db", "pgsql")
+            .limit(1)
             .string_option("image", Some(DEFAULT_IMAGE), "The Discourse image")
             .string_option(
                 "external_hostname",

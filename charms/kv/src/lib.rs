@@ -4,7 +4,8 @@
 //!   leader publishes the member list in the application bag, which every unit reads, and
 //!   sets the pod spec with it.
 //! - Actions: `put` (leader only: the leader is the cluster's single writer) stores a key in
-//!   the peer application bag; `get` reads one on any unit; `members` lists the cluster.
+//!   the peer application bag and reports typed results; `get` reads one on any unit;
+//!   `members` lists the cluster.
 //! - Stored state: each unit remembers the members it last saw and how many writes it served.
 //! - Defer: a `config-changed` that arrives before the peer relation exists waits for it.
 
@@ -12,7 +13,7 @@ use charm_sdk::pod::{Container, PodSpec};
 use charm_sdk::{
     ActionEvent, ActionParam, Charm, Event, HookResult, Metadata, Model, Relation, Status,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The kv charm.
 pub struct Kv;
@@ -92,7 +93,7 @@ pub fn address(model: &Model) -> HookResult<String> {
 fn publish_address(model: &Model) -> HookResult {
     if let Some(cluster) = model.relation(CLUSTER)? {
         let address = address(model)?;
-        let mut bag = cluster.local_unit_data()?;
+        let bag = cluster.local_unit_data()?;
         if bag.get("address") != Some(address.as_str()) {
             bag.set("address", &address)?;
         }
@@ -119,7 +120,7 @@ fn reconcile(model: &Model) -> HookResult {
     };
     if model.is_leader() {
         let members = members(model, &cluster)?.join(",");
-        let mut app = cluster.local_app_data()?;
+        let app = cluster.local_app_data()?;
         if app.get(MEMBERS) != Some(members.as_str()) {
             app.set(MEMBERS, &members)?;
         }
@@ -156,6 +157,16 @@ struct Put {
     value: String,
 }
 
+/// What `put` reports to the operator.
+#[derive(Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Stored<'a> {
+    key: &'a str,
+    stored_by: &'a str,
+    /// How many writes this unit has served, this one included.
+    writes_served: u64,
+}
+
 #[derive(Deserialize)]
 struct Get {
     key: String,
@@ -177,9 +188,13 @@ fn run_action(model: &Model, action: &ActionEvent) -> HookResult {
             cluster
                 .local_app_data()?
                 .set(&format!("{DATA_PREFIX}{key}"), &value)?;
-            let served: u64 = model.stored().get("writes-served")?.unwrap_or(0);
-            model.stored().set("writes-served", &(served + 1))?;
-            action.set_results([("key", key.as_str()), ("stored-by", model.unit().name())])?;
+            let served = model.stored().get::<u64>("writes-served")?.unwrap_or(0) + 1;
+            model.stored().set("writes-served", &served)?;
+            action.set_results_from(&Stored {
+                key: &key,
+                stored_by: model.unit().name(),
+                writes_served: served,
+            })?;
         }
         "get" => {
             let Get { key } = action.params_as()?;

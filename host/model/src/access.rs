@@ -185,26 +185,39 @@ pub fn set_status(kind: StatusKind, message: &str) -> Result<(), AccessError> {
 }
 
 /// An action's result keys, by Juju's rule: lowercase letters, digits and `-`, starting
-/// with a letter.
+/// with a letter; a dot nests a key under another (`db.host`), as `action-set` nests it,
+/// and each part between dots follows the same rule.
 ///
 /// ```
 /// use charm_model::access::action_result_keys;
 ///
-/// assert!(action_result_keys(["password", "tls-cert2"]).is_ok());
+/// assert!(action_result_keys(["password", "tls-cert2", "db.host"]).is_ok());
 /// assert!(action_result_keys(["Password"]).is_err());
 /// assert!(action_result_keys(["2fa"]).is_err());
+/// let nested = action_result_keys(["db.Host"]).unwrap_err().to_string();
+/// assert!(nested.contains(r#"key "db.Host": part "Host""#), "{nested}");
+/// assert!(action_result_keys(["db."]).is_err());
 /// ```
 pub fn action_result_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> Result<(), AccessError> {
-    let valid = |key: &str| {
-        key.starts_with(|c: char| c.is_ascii_lowercase())
-            && key
+    let valid = |part: &str| {
+        part.starts_with(|c: char| c.is_ascii_lowercase())
+            && part
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
     };
-    match keys.into_iter().find(|k| !valid(k)) {
-        Some(key) => Err(AccessError::InvalidArgument(format!(
-            "action result key {key:?}: use lowercase letters, digits and '-', starting with a letter"
-        ))),
-        None => Ok(()),
+    for key in keys {
+        if let Some(part) = key.split('.').find(|part| !valid(part)) {
+            // In a nested key, name the part at fault.
+            let which = if part == key {
+                String::new()
+            } else {
+                format!(": part {part:?}")
+            };
+            return Err(AccessError::InvalidArgument(format!(
+                "action result key {key:?}{which}: use lowercase letters, digits and '-', \
+                 starting with a letter"
+            )));
+        }
     }
+    Ok(())
 }

@@ -235,7 +235,7 @@ pub struct InvalidData {
 /// Writes `value` to a bag only when it differs, so that republishing the same thing makes
 /// no change and wakes nobody; an empty value removes the key.
 pub(crate) fn set_if_changed(
-    bag: &mut charm_sdk::DataBag,
+    bag: &charm_sdk::DataBag,
     key: &str,
     value: &str,
 ) -> charm_sdk::Result<()> {

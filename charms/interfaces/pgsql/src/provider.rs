@@ -335,9 +335,9 @@ impl Provider {
             ("version", publication.version.clone().unwrap_or_default()),
         ];
         fields.extend(request.to_fields());
-        let mut bag = rel.local_app_data()?;
+        let bag = rel.local_app_data()?;
         for (key, value) in &fields {
-            set_if_changed(&mut bag, key, value)?;
+            set_if_changed(&bag, key, value)?;
         }
         Ok(())
     }

@@ -251,9 +251,9 @@ impl Requirer {
         DatabaseRequest::from_fields(relation, "this request", |k| fields.get(k).cloned())
             .map_err(|bad| charm_sdk::Error::InvalidArgument(bad.to_string()))?;
         let rel = model.relation_by_id(relation)?;
-        let mut app = rel.local_app_data()?;
+        let app = rel.local_app_data()?;
         for (key, value) in &fields {
-            set_if_changed(&mut app, key, value)?;
+            set_if_changed(&app, key, value)?;
         }
         let copies = requests(model)?;
         if copies.get(&relation) != Some(request) {
@@ -427,9 +427,9 @@ impl Requirer {
     /// bags (as the PostgreSQL charm did before Juju had application bags).
     fn mirror(&self, model: &Model, relation: &Relation) -> charm_sdk::Result<()> {
         let fields = self.requested(model, relation.id())?.to_fields();
-        let mut bag = relation.local_unit_data()?;
+        let bag = relation.local_unit_data()?;
         for (key, value) in &fields {
-            set_if_changed(&mut bag, key, value)?;
+            set_if_changed(&bag, key, value)?;
         }
         Ok(())
     }

@@ -98,6 +98,7 @@ pub fn put_on_the_leader(runner: &dyn HookRunner) {
     assert_eq!(action.failure, None);
     assert_eq!(action.results["key"], "colour");
     assert_eq!(action.results["stored-by"], "kv/0");
+    assert_eq!(action.results["writes-served"], "42");
     assert_eq!(action.log, ["storing colour"]);
     let cluster = out.state.relation_by_id(1).unwrap();
     assert_eq!(cluster.local_app_data["data.colour"], "blue");

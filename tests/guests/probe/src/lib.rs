@@ -184,7 +184,7 @@ impl Charm for Probe {
                 )?;
                 let own_app = relation.local_app_data();
                 record(model, "read-own-app-bag", &own_app.as_ref().map(|_| ()))?;
-                if let Ok(mut bag) = own_app {
+                if let Ok(bag) = own_app {
                     record(model, "write-own-app-bag", &bag.set("k", "v"))?;
                 } else {
                     // A non-leader cannot even read it: ask the host to write it directly.

@@ -37,7 +37,7 @@ impl Guest for Replay {
                 name: "db".into(),
                 role: RelationRole::Requires,
                 interface: "pgsql".into(),
-                limit: None,
+                limit: Some(1),
             }],
             config: vec![option("image"), option("external_hostname")],
             actions: Vec::new(),
