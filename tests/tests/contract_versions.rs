@@ -1,5 +1,6 @@
 //! Contract versions: the host runs charms built against every version it supports (the
-//! frozen `juju:charm@0.1.0` and the current 0.2.0) through the same model rules, and
+//! frozen `juju:charm@0.1.0` and `0.2.0`, and the current 0.2.1) through the same model
+//! rules, and
 //! refuses a component of any other version naming the versions it runs.
 
 use std::path::Path;
@@ -71,7 +72,7 @@ fn a_charm_built_against_0_1_0_runs_its_hooks_under_the_current_rules() {
 #[test]
 fn a_charm_of_the_current_contract_declares_typed_action_parameters() {
     let charm = runtime().load_file(Path::new(guests::KV)).unwrap();
-    assert_eq!(charm.contract_version(), ContractVersion::V0_2);
+    assert_eq!(charm.contract_version(), ContractVersion::V0_2_1);
     let put = charm
         .metadata()
         .actions
@@ -102,8 +103,8 @@ fn a_component_of_an_unknown_contract_version_is_refused_naming_the_versions_run
     assert!(matches!(err, LoadError::WrongWorld { .. }), "{text}");
     assert!(text.contains("`juju:charm/log@9.9.9`"), "{text}");
     assert!(text.contains("\"9.9.9\""), "{text}");
-    assert!(text.contains("0.1.0, 0.2.0"), "{text}");
-    assert_eq!(SUPPORTED_VERSIONS, ["0.1.0", "0.2.0"]);
+    assert!(text.contains("0.1.0, 0.2.0, 0.2.1"), "{text}");
+    assert_eq!(SUPPORTED_VERSIONS, ["0.1.0", "0.2.0", "0.2.1"]);
 }
 
 #[test]
@@ -115,7 +116,7 @@ fn a_component_of_neither_world_is_refused_naming_the_versions_run() {
     let text = err.to_string();
     assert!(
         text.contains(
-            "not a charm of world `juju:charm/charm` at a version this host runs (0.1.0, 0.2.0)"
+            "not a charm of world `juju:charm/charm` at a version this host runs (0.1.0, 0.2.0, 0.2.1)"
         ),
         "{text}"
     );
@@ -151,7 +152,7 @@ fn inspect_shows_the_contract_version_and_the_action_parameters() {
     };
     let (ok, kv, stderr) = inspect(guests::KV);
     assert!(ok, "{stderr}");
-    assert!(kv.contains("Contract  juju:charm@0.2.0"), "{kv}");
+    assert!(kv.contains("Contract  juju:charm@0.2.1"), "{kv}");
     let rows: Vec<Vec<&str>> = kv
         .lines()
         .skip_while(|l| !l.starts_with("Action  Parameter"))
@@ -176,8 +177,38 @@ fn inspect_shows_the_contract_version_and_the_action_parameters() {
     let (ok, _, stderr) = inspect(guests::CONTRACT_UNKNOWN);
     assert!(!ok, "a 9.9.9 component was inspected");
     assert!(
-        stderr.contains("at a version this host runs (0.1.0, 0.2.0)")
+        stderr.contains("at a version this host runs (0.1.0, 0.2.0, 0.2.1)")
             && stderr.contains("contract version \"9.9.9\" is not one this host runs"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn a_charm_built_against_0_2_0_links_to_the_0_2_1_imports_and_runs() {
+    // The empty guest is built straight on the 0.2.0 bindings: it instantiates only if each
+    // of its `@0.2.0` imports links to the host's `@0.2.1` one.
+    let charm = runtime().load_file(Path::new(guests::EMPTY)).unwrap();
+    assert_eq!(charm.contract_version(), ContractVersion::V0_2);
+    let ctx = WasmContext::new(&runtime(), guests::EMPTY).expect("the guest loads");
+    let out = ctx.run(Event::Install, State::default());
+    assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
+}
+
+#[test]
+fn a_charm_of_0_2_1_asks_the_host_for_its_addresses() {
+    let ctx = WasmContext::new(&runtime(), guests::PROBE)
+        .expect("the guest loads")
+        .unit("probe/3");
+    assert_eq!(ctx.metadata().name, "probe");
+    let out = ctx.run(Event::Start, State::default().config("mode", "network"));
+    assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
+    let address = "probe-3.probe-endpoints.test.svc.cluster.local";
+    assert_eq!(out.state.stored["network-db"], format!("[\"{address}\"]"));
+    assert_eq!(out.state.stored["network-bind"], format!("[\"{address}\"]"));
+    assert_eq!(out.state.stored["network-egress"], "[]");
+    let nope = &out.state.stored["network-nope"];
+    assert!(
+        nope.contains("declares no endpoint") && nope.contains("nope"),
+        "{nope}"
     );
 }

@@ -277,7 +277,8 @@ fn three_hosts_follow_scale_and_config_changes() {
     let done: serde_json::Value = serde_json::from_str(&done).unwrap();
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(
-        done["results"]["members"], "kv-0.kv-endpoints:7379,kv-1.kv-endpoints:7379",
+        done["results"]["members"],
+        "kv-0.kv-endpoints.default.svc.cluster.local:7379,kv-1.kv-endpoints.default.svc.cluster.local:7379",
         "{done}"
     );
     assert!(

@@ -63,7 +63,7 @@ fn discourse_follows_a_master_that_moves_and_postgresql_republishes_on_config() 
     let published = out.state.relation_by_id(1).unwrap().local_app_data.clone();
     assert_eq!(
         published["master"],
-        "host=postgresql-0.postgresql-endpoints port=5433 dbname=discourse user=juju_discourse password=pw"
+        "host=postgresql-0.postgresql-endpoints.test.svc.cluster.local port=5433 dbname=discourse user=juju_discourse password=pw"
     );
 
     // Discourse's leader gets it and puts it in its pod spec.

@@ -129,7 +129,7 @@ fn kvs_peers_form_a_cluster_serve_actions_and_see_a_unit_leave() {
     model.deploy::<Kv>("kv", 3).unwrap();
     model.run_until_idle();
     all_committed(&model);
-    let members = "kv-0.kv-endpoints:7379,kv-1.kv-endpoints:7379,kv-2.kv-endpoints:7379";
+    let members = "kv-0.kv-endpoints.test.svc.cluster.local:7379,kv-1.kv-endpoints.test.svc.cluster.local:7379,kv-2.kv-endpoints.test.svc.cluster.local:7379";
     for unit in ["kv/0", "kv/1", "kv/2"] {
         let state = model.unit(unit);
         assert_eq!(state.unit_status, Status::active("3 members"), "{unit}");

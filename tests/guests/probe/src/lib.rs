@@ -53,6 +53,15 @@ impl Charm for Probe {
             let runs: u32 = model.stored().get("install-runs")?.unwrap_or(0);
             model.stored().set("install-runs", &(runs + 1))?;
         }
+        if mode == "network" {
+            // What `network-get` answers for a declared endpoint and for an undeclared one.
+            let db = model.network("db")?;
+            model.stored().set("network-db", &db.ingress_addresses)?;
+            model.stored().set("network-bind", &db.bind_addresses)?;
+            model.stored().set("network-egress", &db.egress_subnets)?;
+            let undeclared = model.network("nope").map(|_| ()).map_err(|e| e.to_string());
+            return record(model, "network-nope", &undeclared);
+        }
         if mode == "count" {
             // Every hook counts itself, twice in one commit: after any crash, each count
             // says how often the hook's commit applied, and the two must agree.
