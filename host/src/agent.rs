@@ -634,9 +634,14 @@ impl UnitAgent {
         let mut run = if lazy {
             let store = self.store.clone();
             let runtime = tokio::runtime::Handle::current();
-            let reader: BagReader = Arc::new(move |relation, unit| {
+            let reader: BagReader = Arc::new(move |relation, units: &[String]| {
                 runtime
-                    .block_on(store.unit_bag(relation, unit))
+                    .block_on(async {
+                        match units {
+                            [unit] => store.unit_bag(relation, unit).await.map(|bag| vec![bag]),
+                            _ => store.unit_bags(relation, units).await,
+                        }
+                    })
                     .map_err(|e| e.to_string())
             });
             self.executor.execute_reading(

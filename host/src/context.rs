@@ -30,11 +30,16 @@ pub struct LogLine {
     pub message: String,
 }
 
-/// Reads a remote unit's bag in a relation from the store, for a hook whose snapshot left
-/// it out ([`charm_model::snapshot::BagsRead::UpTo`]). Called from the hook's thread, off
-/// the async runtime.
+/// Reads remote units' bags in a relation from the store, in the order asked, for a hook
+/// whose snapshot left them out ([`charm_model::snapshot::BagsRead::UpTo`]). Called from
+/// the hook's thread, off the async runtime.
 pub type BagReader =
-    Arc<dyn Fn(RelationId, &str) -> Result<SharedBag, String> + Send + Sync + 'static>;
+    Arc<dyn Fn(RelationId, &[String]) -> Result<Vec<SharedBag>, String> + Send + Sync + 'static>;
+
+/// After this many remote bags of one relation read one by one, a hook asking for another
+/// gets all the rest in the same step: a charm looping over a large relation's units (as
+/// pgsql's provider does while it looks for a request) costs a few reads, not one per unit.
+const ONE_BY_ONE: usize = 4;
 
 /// Why the host stopped a hook before it returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,12 +217,25 @@ impl HookContext {
         let Some(reader) = &self.bag_reader else {
             return false;
         };
-        match reader(id, unit) {
-            Ok(bag) => {
+        let one_by_one = self.bags_read.iter().filter(|(r, _)| *r == id).count();
+        let wanted: Vec<String> = if one_by_one < ONE_BY_ONE {
+            vec![unit.to_string()]
+        } else {
+            view.remote_units
+                .iter()
+                .filter(|u| !view.unit_bags.contains_key(*u))
+                .cloned()
+                .collect()
+        };
+        match reader(id, &wanted) {
+            Ok(bags) => {
                 if let Some(view) = self.snapshot.relations.get_mut(&id) {
-                    view.unit_bags.insert(unit.to_string(), bag);
+                    for (unit, bag) in wanted.iter().zip(bags) {
+                        view.unit_bags.insert(unit.clone(), bag);
+                    }
                 }
-                self.bags_read.push((id, unit.to_string()));
+                self.bags_read
+                    .extend(wanted.into_iter().map(|unit| (id, unit)));
                 true
             }
             Err(why) => {
@@ -381,4 +399,58 @@ pub(crate) fn overlay(base: Option<&Bag>, writes: Option<&BagWrites>) -> Bag {
         crate::model::apply_writes(&mut bag, writes);
     }
     bag
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::model::RelationView;
+
+    #[test]
+    fn a_hook_reading_a_large_relations_bags_one_by_one_gets_the_rest_in_one_read() {
+        let remote: Vec<String> = (0..10).map(|n| format!("web/{n}")).collect();
+        let mut snapshot = UnitSnapshot {
+            unit: "db/0".into(),
+            app: "db".into(),
+            ..UnitSnapshot::default()
+        };
+        snapshot.relations.insert(
+            1,
+            RelationView {
+                id: 1,
+                endpoint: "db".into(),
+                remote_app: "web".into(),
+                remote_units: remote.clone(),
+                ..RelationView::default()
+            },
+        );
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let log = asked.clone();
+        let reader: BagReader = Arc::new(move |_, units: &[String]| {
+            log.lock().unwrap().push(units.to_vec());
+            Ok(units
+                .iter()
+                .map(|u| Arc::new(Bag::from([("name".to_string(), u.clone())])))
+                .collect())
+        });
+        let mut ctx = HookContext::new(snapshot, None, Arc::default(), 1 << 20);
+        ctx.read_bags_with(reader);
+        for unit in &remote {
+            assert!(ctx.fetch_unit_bag(1, unit), "{unit}");
+        }
+        let asked = asked.lock().unwrap();
+        assert_eq!(asked.len(), ONE_BY_ONE + 1, "{asked:?}");
+        for (n, units) in asked[..ONE_BY_ONE].iter().enumerate() {
+            assert_eq!(units, &[remote[n].clone()]);
+        }
+        assert_eq!(asked[ONE_BY_ONE], remote[ONE_BY_ONE..]);
+        // Each bag is its unit's, and each is listed as read, for the commit's check.
+        let view = &ctx.snapshot.relations[&1];
+        for unit in &remote {
+            assert_eq!(view.unit_bags[unit]["name"], *unit);
+        }
+        assert_eq!(ctx.bags_read.len(), remote.len());
+    }
 }

@@ -126,8 +126,23 @@ fn unit_bags_seen<T: ModelTx + ?Sized>(
 ) -> Result<BTreeMap<String, SharedBag>, StoreError> {
     Ok(units
         .iter()
+        .map(|unit| unit.to_string())
+        .zip(unit_bags(tx, model, id, units)?)
+        .collect())
+}
+
+/// The bags of `units` in relation `id` as a hook reads them, in the order of `units`: the
+/// rest of a large relation's bags, for a hook reading them one after another.
+pub fn unit_bags<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    model: &str,
+    id: RelationId,
+    units: &[&str],
+) -> Result<Vec<SharedBag>, StoreError> {
+    Ok(units
+        .iter()
         .zip(tx.unit_bags(id, units)?)
-        .map(|(unit, bag)| (unit.to_string(), with_network_keys(bag, model, unit)))
+        .map(|(unit, bag)| with_network_keys(bag, model, unit))
         .collect())
 }
 

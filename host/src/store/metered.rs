@@ -49,6 +49,7 @@ const OPERATIONS: &[&str] = &[
     "snapshot",
     "hook_read",
     "unit_bag",
+    "unit_bags",
     "set_hook_error",
     "pod_spec",
     "status",

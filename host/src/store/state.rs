@@ -627,6 +627,24 @@ pub trait StateStore: Send + Sync {
         })
     }
 
+    /// The bags of `units` in relation `relation`, as of now, in one step and in the order of
+    /// `units`.
+    fn unit_bags<'a>(
+        &'a self,
+        relation: charm_model::RelationId,
+        units: &'a [String],
+    ) -> StoreFuture<'a, Vec<charm_model::SharedBag>> {
+        Box::pin(async move {
+            let names: Vec<&str> = units.iter().map(String::as_str).collect();
+            run(
+                self,
+                Step::read("unit_bags", "relation bags of", "", &[]),
+                |tx| snapshot::unit_bags(tx, self.model_name(), relation, &names),
+            )
+            .await
+        })
+    }
+
     /// Applies one hook's writes for `unit` in one atomic step, as
     /// [`charm_model::commit::commit`] says: fenced, all or nothing, at most once, with the
     /// hooks the changes fire queued in the same step.
