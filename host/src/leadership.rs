@@ -28,10 +28,13 @@
 //!
 //! Defaults follow Kubernetes' client-go leader election: a 15 s lease, a 10 s guarantee
 //! (client-go's renew deadline, so a 5 s margin), renewal every 2 s (client-go's retry
-//! period), 1 s request timeout and retry cap (2 + 1 + 1 <= 5). A crashed leader is
-//! replaced within D plus one retry period (16 s): followers poll every `retry_period`.
-//! On etcd they watch the lease instead ([`LeaseStore::lease_signal`]): its key goes when
-//! the lease is released or lapses, and they claim within a tenth of a retry period.
+//! period), 1 s request timeout and retry cap (2 + 1 + 1 <= 5). Followers do not poll:
+//! they watch the lease ([`LeaseStore::lease_signal`]) and claim within a tenth of a retry
+//! period of seeing it go. On etcd its key goes when the lease is released or lapses; the
+//! memory and SQLite stores signal a release (SQLite's, from any process on the file) and
+//! say in each denial when the lease ends, so a follower claims again then. A crashed
+//! leader is replaced within D plus a tenth of a retry period (15.2 s). A store that cannot
+//! watch leaves its followers polling every `retry_period`.
 //! Juju grants 60 s and guarantees 30 s, which tolerates longer outages but fails over
 //! four times more slowly; pass `--lease-duration 60 --drift-margin 30` for that trade.
 
@@ -344,7 +347,9 @@ async fn renew_loop(
                 let held = ClaimAnswer::Held { term: lease.term };
                 (held, guarantee, sent_at + config.renew_interval)
             }
-            Ok(Claim::Denied { holder, .. }) => {
+            Ok(Claim::Denied {
+                holder, expires_in, ..
+            }) => {
                 failures = 0;
                 if matches!(*tx.borrow(), Leadership::Leader { .. }) {
                     tracing::warn!(%unit, "deposed: {holder} holds the lease of {app}");
@@ -353,11 +358,22 @@ async fn renew_loop(
                         m.leadership_changed();
                     }
                 }
-                let poll = match gone {
-                    Some(_) => config.lease_duration,
-                    None => config.retry_period,
+                let next = match (&gone, expires_in) {
+                    // Claim when the lease ends (the store answered before `now`, so not
+                    // before), spread a little so the followers of one host do not all
+                    // claim at the same instant. A release wakes the wait below sooner.
+                    (Some(_), Some(left)) => {
+                        let spread =
+                            (config.retry_period / 10).mul_f64(rng.random_range(0.0..=1.0));
+                        now + (left + spread).min(config.lease_duration)
+                    }
+                    // The store signals a lapse too: one claim a lease's length apart in
+                    // case a wake-up is lost.
+                    (Some(_), None) => {
+                        now + config.lease_duration.mul_f64(rng.random_range(0.75..=1.0))
+                    }
+                    (None, _) => now + config.retry_period.mul_f64(rng.random_range(0.75..=1.0)),
                 };
-                let next = now + poll.mul_f64(rng.random_range(0.75..=1.0));
                 (ClaimAnswer::Denied { holder }, Duration::ZERO, next)
             }
             Err(LeaseError::Unavailable(why)) => {
@@ -424,8 +440,8 @@ async fn renew_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::MemoryStore;
     use crate::store::faults::{FaultPlan, FaultyStore};
+    use crate::store::{LeaseStore, MemoryStore};
 
     /// The defaults: a 15 s lease, a 10 s guarantee, renewed every 2 s.
     fn config() -> LeadershipConfig {
@@ -495,6 +511,114 @@ mod tests {
         leader.renewed(Duration::from_secs(1)).await;
         follower.renewed(Duration::from_secs(1)).await;
         assert_eq!(before.elapsed(), Duration::ZERO);
+    }
+
+    /// A lease store that counts the claims each unit sends.
+    struct CountedClaims {
+        inner: Arc<MemoryStore>,
+        claims: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    }
+
+    impl CountedClaims {
+        fn new(inner: Arc<MemoryStore>) -> Arc<Self> {
+            Arc::new(CountedClaims {
+                inner,
+                claims: Default::default(),
+            })
+        }
+
+        fn claims(&self, holder: &str) -> u32 {
+            self.claims
+                .lock()
+                .unwrap()
+                .get(holder)
+                .copied()
+                .unwrap_or(0)
+        }
+    }
+
+    impl LeaseStore for CountedClaims {
+        fn claim<'a>(
+            &'a self,
+            app: &'a str,
+            holder: &'a str,
+            ttl: Duration,
+        ) -> crate::store::LeaseFuture<'a, Claim> {
+            *self
+                .claims
+                .lock()
+                .unwrap()
+                .entry(holder.to_string())
+                .or_default() += 1;
+            self.inner.claim(app, holder, ttl)
+        }
+
+        fn release<'a>(
+            &'a self,
+            app: &'a str,
+            holder: &'a str,
+        ) -> crate::store::LeaseFuture<'a, ()> {
+            self.inner.release(app, holder)
+        }
+
+        fn leader<'a>(
+            &'a self,
+            app: &'a str,
+        ) -> crate::store::LeaseFuture<'a, Option<crate::store::Lease>> {
+            self.inner.leader(app)
+        }
+
+        fn lease_signal(self: Arc<Self>, app: &str) -> Option<watch::Receiver<u64>> {
+            self.inner.clone().lease_signal(app)
+        }
+    }
+
+    async fn became_leader(tracker: &LeadershipTracker) -> Instant {
+        leading(tracker).await;
+        Instant::now()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_claims_when_a_crashed_leaders_lease_ends_and_does_not_poll() {
+        let memory = Arc::new(MemoryStore::new("test"));
+        let store = CountedClaims::new(memory.clone());
+        let leader = LeadershipTracker::spawn(store.clone(), "app", "app/0", config(), 1);
+        leading(&leader).await;
+        let start = Instant::now();
+        let follower = LeadershipTracker::spawn(store.clone(), "app", "app/1", config(), 2);
+        // Renewals at 2, 4, ... s; the host dies at 5 s, so the lease (15 s) ends at 19 s.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        leader.stop();
+        let took_over = became_leader(&follower).await - start;
+        assert!(
+            took_over >= Duration::from_secs(19)
+                && took_over <= Duration::from_secs(19) + config().retry_period / 10,
+            "the follower took over {took_over:?} after the start, the lease ended at 19 s"
+        );
+        // Denied at 0 s (the lease ends at 15 s), at 15 s (renewed at 4 s: ends at 19 s),
+        // granted at 19 s. Polling every retry period would have sent ten.
+        assert_eq!(store.claims("app/1"), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_claims_as_soon_as_the_lease_is_released() {
+        let memory = Arc::new(MemoryStore::new("test"));
+        let leader = LeadershipTracker::spawn(memory.clone(), "app", "app/0", config(), 1);
+        leading(&leader).await;
+        let follower = LeadershipTracker::spawn(memory.clone(), "app", "app/1", config(), 2);
+        let mut rx = follower.subscribe();
+        rx.wait_for(|l| matches!(l, Leadership::Follower { .. }))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        leader.stop();
+        memory.release("app", "app/0").await.unwrap();
+        let released = Instant::now();
+        let took_over = became_leader(&follower).await - released;
+        assert!(
+            took_over <= config().retry_period / 10,
+            "the follower took over {took_over:?} after the release"
+        );
     }
 
     #[tokio::test(start_paused = true)]

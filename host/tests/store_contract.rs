@@ -285,13 +285,23 @@ async fn holder_claim_extends_and_keeps_term(store: &dyn Store) {
 async fn other_claim_denied_while_lease_live(store: &dyn Store) {
     let term = hold(store, "web", "web/0", LONG).await.term;
     let claim = store.claim("web", "web/1", LONG).await.unwrap();
-    assert_eq!(
-        claim,
-        Claim::Denied {
-            holder: "web/0".into(),
-            term
-        }
-    );
+    let Claim::Denied {
+        holder,
+        term: denied_term,
+        expires_in,
+    } = claim
+    else {
+        panic!("a live lease's claim by another unit is denied, got {claim:?}");
+    };
+    assert_eq!((holder.as_str(), denied_term), ("web/0", term));
+    // Where the store says when the lease ends, it is the lease's own end (rounded up to
+    // the store's millisecond: a follower must not claim before it).
+    if let Some(left) = expires_in {
+        assert!(
+            left <= LONG + Duration::from_millis(2) && left > LONG - Duration::from_secs(60),
+            "the denial says the lease ends in {left:?}, granted for {LONG:?}"
+        );
+    }
     let leader = store.leader("web").await.unwrap().unwrap();
     assert_eq!((leader.holder.as_str(), leader.term), ("web/0", term));
 }
@@ -3391,6 +3401,59 @@ contract! {
     refused_upgrades_change_nothing,
 }
 
+// ------------------------------------------- followers' wake-ups on memory and SQLite
+
+/// Whether `signal` moves within a second.
+async fn woken(signal: &mut tokio::sync::watch::Receiver<u64>) -> bool {
+    tokio::time::timeout(Duration::from_secs(1), signal.changed())
+        .await
+        .is_ok_and(|r| r.is_ok())
+}
+
+/// A release wakes the lease's followers; a claim, a renewal and a release by another unit
+/// (which releases nothing) do not.
+async fn a_release_wakes_the_followers(holder: Arc<dyn Store>, follower: Arc<dyn Store>) {
+    let mut gone = follower
+        .clone()
+        .lease_signal("web")
+        .expect("the store signals");
+    hold(holder.as_ref(), "web", "web/0", LONG).await;
+    hold(holder.as_ref(), "web", "web/0", LONG).await;
+    holder.release("web", "web/1").await.unwrap();
+    assert!(!woken(&mut gone).await, "woken with the lease still held");
+    holder.release("web", "web/0").await.unwrap();
+    assert!(woken(&mut gone).await, "the release was not heard");
+    // Others' leases are theirs.
+    hold(holder.as_ref(), "db", "db/0", LONG).await;
+    holder.release("db", "db/0").await.unwrap();
+    assert!(
+        !woken(&mut gone).await,
+        "woken by another application's release"
+    );
+}
+
+#[tokio::test]
+async fn memory_a_release_wakes_the_followers() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new("m"));
+    a_release_wakes_the_followers(store.clone(), store).await;
+}
+
+#[tokio::test]
+async fn sqlite_a_release_wakes_the_followers_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(sqlite_store(dir.path()));
+    a_release_wakes_the_followers(store.clone(), store).await;
+}
+
+#[tokio::test]
+async fn sqlite_a_release_by_another_connection_on_the_file_wakes_the_followers() {
+    // Each handle has its own connection, as another process on the file would.
+    let dir = tempfile::tempdir().unwrap();
+    let holder: Arc<dyn Store> = Arc::new(sqlite_store(dir.path()));
+    let follower: Arc<dyn Store> = Arc::new(sqlite_store(dir.path()));
+    a_release_wakes_the_followers(holder, follower).await;
+}
+
 // ---------------------------------------------------------------- etcd only
 
 #[cfg(feature = "etcd")]
@@ -3600,8 +3663,8 @@ mod etcd_only {
             let app = format!("race{round}");
             let (x, y) = tokio::join!(a.claim(&app, "race/0", LONG), b.claim(&app, "race/1", LONG));
             match (x.unwrap(), y.unwrap()) {
-                (Claim::Held(l), Claim::Denied { holder, term })
-                | (Claim::Denied { holder, term }, Claim::Held(l)) => {
+                (Claim::Held(l), Claim::Denied { holder, term, .. })
+                | (Claim::Denied { holder, term, .. }, Claim::Held(l)) => {
                     assert_eq!((holder, term), (l.holder, l.term), "round {round}");
                 }
                 other => panic!("round {round}: not exactly one holder: {other:?}"),
@@ -4302,8 +4365,8 @@ mod sqlite_only {
                 other => panic!("round {round}: a claim failed: {other:?}"),
             };
             let (winner, denied) = match (x, y) {
-                (Claim::Held(l), Claim::Denied { holder, term })
-                | (Claim::Denied { holder, term }, Claim::Held(l)) => (l, (holder, *term)),
+                (Claim::Held(l), Claim::Denied { holder, term, .. })
+                | (Claim::Denied { holder, term, .. }, Claim::Held(l)) => (l, (holder, *term)),
                 other => panic!("round {round}: not exactly one holder: {other:?}"),
             };
             assert_eq!(winner.term, 1);
@@ -4317,13 +4380,10 @@ mod sqlite_only {
         // The web lease: a takes it; b is denied, and b's commit under a fence of its own
         // making is rejected and applies nothing, seen from either handle.
         let fence = hold(a.as_ref(), "web", "web/0", LONG).await;
-        assert_eq!(
+        assert!(matches!(
             b.claim("web", "web/1", LONG).await.unwrap(),
-            Claim::Denied {
-                holder: "web/0".into(),
-                term: 1
-            }
-        );
+            Claim::Denied { holder, term: 1, .. } if holder == "web/0"
+        ));
         let loser = Fence {
             app: "web".into(),
             holder: "web/1".into(),

@@ -79,6 +79,7 @@ use charm_model::tx::{
     AppView, BagOwner, ElectedTerm, ModelTx, PodSpecState, TxResult, UnitUpdate,
 };
 
+use super::lease::LeaseSignals;
 use super::{
     Claim, Lease, LeaseError, LeaseFuture, LeaseStore, QueuedHook, Records, StateStore, Step,
     StepOp, StoreError, StoreFuture, Verdict,
@@ -244,7 +245,7 @@ pub struct EtcdStore {
     signals: Mutex<HashMap<String, Arc<Notify>>>,
     watching: OnceLock<()>,
     /// What followers of each lease watch, by lease name: bumped when its key goes.
-    lease_signals: Mutex<HashMap<String, watch::Sender<u64>>>,
+    lease_signals: LeaseSignals,
     watching_leases: OnceLock<()>,
     /// Keeps members that do not answer out of the client's choice, while the store lives.
     _members: Option<members::MemberProbe>,
@@ -328,7 +329,7 @@ impl EtcdStore {
             held: Mutex::new(HashMap::new()),
             signals: Mutex::new(HashMap::new()),
             watching: OnceLock::new(),
-            lease_signals: Mutex::new(HashMap::new()),
+            lease_signals: LeaseSignals::default(),
             watching_leases: OnceLock::new(),
             _members: members,
         };
@@ -711,28 +712,15 @@ impl EtcdStore {
             "leases/",
             EtcdStore::bump_all_leases,
             |store, lease, event| {
-                if event == EventType::Delete
-                    && let Some(signal) = store
-                        .lease_signals
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get(lease)
-                {
-                    signal.send_modify(|n| *n += 1);
+                if event == EventType::Delete {
+                    store.lease_signals.bump(lease);
                 }
             },
         );
     }
 
     fn bump_all_leases(&self) {
-        for signal in self
-            .lease_signals
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-        {
-            signal.send_modify(|n| *n += 1);
-        }
+        self.lease_signals.bump_all();
     }
 
     /// Watches the keys under `within` (relative to the model's prefix) for as long as the
@@ -926,6 +914,8 @@ impl LeaseStore for EtcdStore {
                         return Ok(Claim::Denied {
                             holder: current,
                             term,
+                            // The watch on the key tells followers when it lapses.
+                            expires_in: None,
                         });
                     }
                     None => {}
@@ -1023,14 +1013,7 @@ impl LeaseStore for EtcdStore {
         if self.watching_leases.set(()).is_ok() {
             self.start_lease_watch();
         }
-        Some(
-            self.lease_signals
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(app.to_string())
-                .or_insert_with(|| watch::channel(0).0)
-                .subscribe(),
-        )
+        Some(self.lease_signals.subscribe(app))
     }
 }
 

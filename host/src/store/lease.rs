@@ -1,4 +1,5 @@
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -27,6 +28,10 @@ pub enum Claim {
         holder: String,
         /// Its term.
         term: u64,
+        /// The time its lease had left when the store answered, where the store knows it
+        /// without asking again (the memory and SQLite stores; not etcd, which watches the
+        /// lease's key instead). A follower claims again when it is up, not before.
+        expires_in: Option<Duration>,
     },
 }
 
@@ -58,9 +63,50 @@ pub trait LeaseStore: Send + Sync {
     fn leader<'a>(&'a self, app: &'a str) -> LeaseFuture<'a, Option<Lease>>;
 
     /// What followers of `app`'s lease watch: its value changes when the store sees the
-    /// lease go (released, or lapsed), so a follower claims at once rather than at its next
-    /// poll. `None` where the store cannot watch: followers then poll every retry period.
+    /// lease go (released; on etcd, lapsed too), so a follower claims at once rather than
+    /// at its next poll. A lease that lapses where the store does not signal it is known by
+    /// the denial's `expires_in`. `None` where the store cannot watch: followers then poll
+    /// every retry period.
     fn lease_signal(self: Arc<Self>, _app: &str) -> Option<watch::Receiver<u64>> {
         None
+    }
+}
+
+/// The wake-ups a store hands to followers ([`LeaseStore::lease_signal`]), by
+/// application: bumped when the store sees that application's lease go.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseSignals(Mutex<HashMap<String, watch::Sender<u64>>>);
+
+impl LeaseSignals {
+    fn senders(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
+        // Each operation leaves the map whole: a poisoned lock is still consistent.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A receiver for `app`'s wake-ups.
+    pub(crate) fn subscribe(&self, app: &str) -> watch::Receiver<u64> {
+        self.senders()
+            .entry(app.to_string())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+
+    /// Wakes `app`'s followers, if any watch.
+    pub(crate) fn bump(&self, app: &str) {
+        if let Some(signal) = self.senders().get(app) {
+            signal.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Wakes every follower: after a gap in which a lease may have gone unseen.
+    pub(crate) fn bump_all(&self) {
+        for signal in self.senders().values() {
+            signal.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Whether anyone has asked for wake-ups.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.senders().is_empty()
     }
 }

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use charm_model::memory::{LeaseBook, MemoryRecords, MemoryTx};
 
+use super::lease::LeaseSignals;
 use super::{Claim, Lease, LeaseFuture, LeaseStore, StateStore, Step, StepOp, StoreFuture};
 use crate::model::LeaseHolder;
 
@@ -63,6 +64,9 @@ impl LeaseBook for LiveLeases<'_> {
 pub struct MemoryStore {
     model: String,
     inner: Mutex<Inner>,
+    /// Followers' wake-ups: bumped when a lease is released. A lapse needs none: a denial
+    /// says when the lease ends.
+    lease_signals: LeaseSignals,
 }
 
 impl MemoryStore {
@@ -71,6 +75,7 @@ impl MemoryStore {
         MemoryStore {
             model: model.into(),
             inner: Mutex::new(Inner::default()),
+            lease_signals: LeaseSignals::default(),
         }
     }
 
@@ -106,6 +111,7 @@ impl LeaseStore for MemoryStore {
                     return Ok(Claim::Denied {
                         holder: live.holder,
                         term: live.term,
+                        expires_in: Some(live.expiry.saturating_duration_since(now)),
                     });
                 }
                 inner.leases.insert(
@@ -141,9 +147,13 @@ impl LeaseStore for MemoryStore {
 
     fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> LeaseFuture<'a, ()> {
         Box::pin(async move {
-            let mut inner = self.lock();
-            if inner.leases.get(app).is_some_and(|l| l.holder == holder) {
-                inner.leases.remove(app);
+            let released = {
+                let mut inner = self.lock();
+                inner.leases.get(app).is_some_and(|l| l.holder == holder)
+                    && inner.leases.remove(app).is_some()
+            };
+            if released {
+                self.lease_signals.bump(app);
             }
             Ok(())
         })
@@ -159,6 +169,13 @@ impl LeaseStore for MemoryStore {
                 duration: l.expiry.saturating_duration_since(now),
             }))
         })
+    }
+
+    fn lease_signal(
+        self: std::sync::Arc<Self>,
+        app: &str,
+    ) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.lease_signals.subscribe(app))
     }
 }
 

@@ -46,7 +46,9 @@
 //! wait on a file's queues ([`StateStore::queue_signal`]), a thread of the store checks it
 //! on a connection of its own every [`WAKE_POLL`]; when it moved, it reads the hooks queued
 //! since it last looked (`seq` only grows) and wakes the agents of their units. A hook
-//! another host queued is picked up within milliseconds, not at the agents' own poll.
+//! another host queued is picked up within milliseconds, not at the agents' own poll. The
+//! same thread compares the leases' terms, so a lease another host releases wakes the
+//! followers here ([`LeaseStore::lease_signal`]).
 //!
 //! # Schema versions
 //!
@@ -74,6 +76,7 @@ use charm_model::tx::{
     AppView, BagOwner, ElectedTerm, ModelTx, PodSpecState, TxResult, UnitUpdate,
 };
 
+use super::lease::LeaseSignals;
 use super::{
     Claim, Lease, LeaseError, LeaseFuture, LeaseStore, QueuedHook, StateStore, Step, StepOp,
     StoreError, StoreFuture, Verdict,
@@ -137,6 +140,10 @@ pub struct SqliteStore {
     watching: OnceLock<()>,
     /// Seqs of hooks this handle queued that the wake-up thread has not passed yet.
     queued_here: Mutex<BTreeSet<i64>>,
+    /// Followers' wake-ups, by application: bumped when the wake-up thread sees a release
+    /// (of any connection, this one's too), or at once by a release here in memory. A lapse
+    /// needs none: a denial says when the lease ends.
+    lease_signals: LeaseSignals,
 }
 
 /// Each application's last committed pod spec write with its JSON texts: a charm that sets
@@ -340,6 +347,7 @@ impl SqliteStore {
             signals: Mutex::new(HashMap::new()),
             watching: OnceLock::new(),
             queued_here: Mutex::new(BTreeSet::new()),
+            lease_signals: LeaseSignals::default(),
         })
     }
 
@@ -690,6 +698,10 @@ impl LeaseStore for SqliteStore {
                 Some(live) if live.holder != holder => Claim::Denied {
                     holder: live.holder,
                     term: live.term,
+                    // From the last whole millisecond: never before the lease ends.
+                    expires_in: Some(Duration::from_millis(
+                        (live.expiry_ms - floor_ms(now)).max(0) as u64,
+                    )),
                 },
                 Some(live) => {
                     tx.prepare_cached("UPDATE leases SET expiry_ms = ?2 WHERE app = ?1")
@@ -738,12 +750,19 @@ impl LeaseStore for SqliteStore {
 
     fn release<'a>(&'a self, app: &'a str, holder: &'a str) -> LeaseFuture<'a, ()> {
         Box::pin(async move {
-            let conn = self.lock();
-            // One statement is its own transaction; `last_terms` keeps the term.
-            conn.prepare_cached("DELETE FROM leases WHERE app = ?1 AND holder = ?2")
-                .and_then(|mut s| s.execute([app, holder]))
-                .db()
-                .map_err(lease_err)?;
+            let released = {
+                let conn = self.lock();
+                // One statement is its own transaction; `last_terms` keeps the term.
+                conn.prepare_cached("DELETE FROM leases WHERE app = ?1 AND holder = ?2")
+                    .and_then(|mut s| s.execute([app, holder]))
+                    .db()
+                    .map_err(lease_err)?
+            };
+            // On a file, the wake-up thread sees this release as it sees another process's
+            // (its connection is another): one wake-up, not two.
+            if released > 0 && self.path.is_none() {
+                self.lease_signals.bump(app);
+            }
             Ok(())
         })
     }
@@ -762,6 +781,15 @@ impl LeaseStore for SqliteStore {
                 duration: Duration::from_millis((l.expiry_ms - ceil_ms(now)).max(0) as u64),
             }))
         })
+    }
+
+    fn lease_signal(self: Arc<Self>, app: &str) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let signal = self.lease_signals.subscribe(app);
+        // Another process's release shows in the file: the wake-up thread looks for it.
+        if self.path.is_some() {
+            self.watching.get_or_init(|| self.start_wake_thread());
+        }
+        Some(signal)
     }
 }
 
@@ -1747,7 +1775,8 @@ impl SqliteStore {
 }
 
 /// The wake-up thread's loop: while `store` lives, every [`WAKE_POLL`] it checks whether
-/// another connection committed, and wakes the agents of the units with hooks queued since.
+/// another connection committed, and wakes the agents of the units with hooks queued since,
+/// and the followers of leases released or taken anew since.
 fn wake_agents(path: &Path, store: &Weak<SqliteStore>) -> rusqlite::Result<()> {
     let conn = Connection::open_with_flags(
         path,
@@ -1763,6 +1792,7 @@ fn wake_agents(path: &Path, store: &Weak<SqliteStore>) -> rusqlite::Result<()> {
             r.get(0)
         })?;
     let mut last = version(&conn)?;
+    let mut leases = lease_terms(&conn)?;
     loop {
         std::thread::sleep(WAKE_POLL);
         let Some(store) = store.upgrade() else {
@@ -1791,7 +1821,26 @@ fn wake_agents(path: &Path, store: &Weak<SqliteStore>) -> rusqlite::Result<()> {
         }
         // Those left behind were rolled back, or passed before they were noted here.
         *here = here.split_off(&(seen + 1));
+        drop((here, signals));
+        // A lease whose row went was released; one with another term was taken anew, perhaps
+        // after a release between two looks. (A lapsed lease's row stays until claimed.)
+        if !store.lease_signals.is_empty() {
+            let now = lease_terms(&conn)?;
+            for (app, term) in &leases {
+                if now.get(app) != Some(term) {
+                    store.lease_signals.bump(app);
+                }
+            }
+            leases = now;
+        }
     }
+}
+
+/// Each application's lease term in the file.
+fn lease_terms(conn: &Connection) -> rusqlite::Result<HashMap<String, i64>> {
+    conn.prepare_cached("SELECT app, term FROM leases")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect()
 }
 
 impl StateStore for SqliteStore {
