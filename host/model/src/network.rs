@@ -101,21 +101,17 @@ pub fn unit_network(model: &str, unit: &str) -> UnitNetwork {
 /// assert_eq!(with_network_keys(own, "m", "db/0")["ingress-address"], "10.0.0.5");
 /// ```
 pub fn with_network_keys(mut bag: SharedBag, model: &str, unit: &str) -> SharedBag {
-    let address = unit_address(model, unit);
-    let mut defaults = vec![
-        ("ingress-address", address.clone()),
-        ("private-address", address.clone()),
-    ];
-    let egress = egress_subnets(&address);
-    if !egress.is_empty() {
-        defaults.push(("egress-subnets", egress.join(",")));
-    }
-    if defaults.iter().all(|(key, _)| bag.contains_key(*key)) {
+    const ADDRESS_KEYS: [&str; 2] = ["ingress-address", "private-address"];
+    if ADDRESS_KEYS.iter().all(|key| bag.contains_key(*key)) {
         return bag;
     }
+    // The address is a DNS name, never an IP, so it gives no `egress-subnets`.
+    let address = unit_address(model, unit);
     let entries = Arc::make_mut(&mut bag);
-    for (key, value) in defaults {
-        entries.entry(key.to_string()).or_insert(value);
+    for key in ADDRESS_KEYS {
+        entries
+            .entry(key.to_string())
+            .or_insert_with(|| address.clone());
     }
     bag
 }
