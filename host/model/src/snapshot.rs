@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::{StoreError, not_found};
-use crate::network::with_network_keys;
+use crate::network::{reads_as, with_network_keys};
 use crate::operations::live_units;
 use crate::records::{Hook, RelationId, RelationView, SharedBag, UnitSnapshot, app_of};
 use crate::tx::ModelTx;
@@ -82,7 +82,24 @@ pub fn snapshot_of<T: ModelTx + ?Sized>(
                 .unwrap_or_default(),
         };
         names.push(unit);
-        let unit_bags = unit_bags_seen(tx, model, rel.id, &names)?;
+        let unit_bags = match bags {
+            // Checking a hook's read: a bag it saw unchanged is that same bag.
+            BagsRead::As(read) => {
+                let seen = read.relations.get(&rel.id).map(|view| &view.unit_bags);
+                names
+                    .iter()
+                    .zip(tx.unit_bags(rel.id, &names)?)
+                    .map(|(name, stored)| {
+                        let bag = match seen.and_then(|bags| bags.get(*name)) {
+                            Some(seen) if reads_as(&stored, seen, model, name) => seen.clone(),
+                            _ => with_network_keys(stored, model, name),
+                        };
+                        (name.to_string(), bag)
+                    })
+                    .collect()
+            }
+            _ => unit_bags_seen(tx, model, rel.id, &names)?,
+        };
         let apps = [app, remote.app.as_str()];
         let app_bags = apps
             .iter()
