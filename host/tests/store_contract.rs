@@ -196,7 +196,10 @@ fn leader_hook(m: &Model) -> Changes {
         unit_bags: BTreeMap::from([(m.web_db.id, writes(&[("host", Some("web-0"))]))]),
         app_bags: BTreeMap::from([(m.web_db.id, writes(&[("database", Some("web"))]))]),
         leader_data: writes(&[("secret", Some("s3cret"))]),
-        pod_spec: Some(Arc::new(PodSpecWrite::new(json!({"containers": [{"name": "web"}]}), None))),
+        pod_spec: Some(Arc::new(PodSpecWrite::new(
+            json!({"containers": [{"name": "web"}]}),
+            None,
+        ))),
         unit_status: Some(status(StatusKind::Active, "ready")),
         app_status: Some(status(StatusKind::Active, "serving")),
         workload_version: Some("1.2.3".into()),
@@ -588,7 +591,10 @@ async fn commits_at_the_limits_are_applied(store: &dyn Store) {
         unit_bags: BTreeMap::from([(m.web_db.id, full_values("unit-", 2))]),
         app_bags: BTreeMap::from([(m.web_db.id, full_values("app-", 1))]),
         leader_data,
-        pod_spec: Some(Arc::new(PodSpecWrite::new(json!({"containers": [{"name": "web", "image": spec}]}), None))),
+        pod_spec: Some(Arc::new(PodSpecWrite::new(
+            json!({"containers": [{"name": "web", "image": spec}]}),
+            None,
+        ))),
         unit_status: Some(status(
             StatusKind::Active,
             &"m".repeat(limits::STATUS_MESSAGE_MAX),
@@ -1836,7 +1842,10 @@ async fn a_commit_whose_hook_read_changed_is_stale_and_applies_nothing(store: &d
         ..Changes::default()
     };
     let spec = |n: u32| {
-        Arc::new(PodSpecWrite::new(json!({"containers": [{"name": "web", "n": n}]}), None))
+        Arc::new(PodSpecWrite::new(
+            json!({"containers": [{"name": "web", "n": n}]}),
+            None,
+        ))
     };
     // Each input of web/0's hooks, changed by another commit or by the operator between
     // the hook's snapshot and its commit.
@@ -3893,8 +3902,10 @@ mod sqlite_only {
         let fence = hold(&store, "web", "web/0", LONG).await;
         let mut written = Vec::new();
         for i in 0..6u64 {
-            let write = PodSpecWrite::new(json!({"containers": [{"name": "web", "image": format!("nginx:1.{i}")}]}), (i % 2 == 1)
-                    .then(|| json!({"secrets": [{"name": format!("s{i}")}]})));
+            let write = PodSpecWrite::new(
+                json!({"containers": [{"name": "web", "image": format!("nginx:1.{i}")}]}),
+                (i % 2 == 1).then(|| json!({"secrets": [{"name": format!("s{i}")}]})),
+            );
             let changes = Changes {
                 pod_spec: Some(Arc::new(write.clone())),
                 ..Changes::default()
@@ -4057,7 +4068,10 @@ mod sqlite_only {
         // New revisions continue the history.
         let fence = hold(&store, "web", "web/0", LONG).await;
         let new_spec = Changes {
-            pod_spec: Some(Arc::new(PodSpecWrite::new(json!({"containers": [{"name": "web", "image": "new"}]}), None))),
+            pod_spec: Some(Arc::new(PodSpecWrite::new(
+                json!({"containers": [{"name": "web", "image": "new"}]}),
+                None,
+            ))),
             ..Changes::default()
         };
         store

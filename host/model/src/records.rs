@@ -431,9 +431,10 @@ impl PodSpecWrite {
 
     /// The spec's and resources' size as JSON, as the stores keep them.
     pub fn encoded_len(&self) -> usize {
-        *self.encoded_len.0.get_or_init(|| {
-            json_len(&self.spec) + self.k8s_resources.as_ref().map_or(0, json_len)
-        })
+        *self
+            .encoded_len
+            .0
+            .get_or_init(|| json_len(&self.spec) + self.k8s_resources.as_ref().map_or(0, json_len))
     }
 }
 

@@ -156,11 +156,7 @@ pub fn unit_bags<T: ModelTx + ?Sized>(
     id: RelationId,
     units: &[&str],
 ) -> Result<Vec<SharedBag>, StoreError> {
-    Ok(units
-        .iter()
-        .zip(tx.unit_bags(id, units)?)
-        .map(|(unit, bag)| with_network_keys(bag, model, unit))
-        .collect())
+    tx.unit_bags_seen(model, id, units)
 }
 
 /// `unit`'s bag in relation `id` as a hook reads it (empty but for the network keys if it

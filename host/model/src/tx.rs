@@ -144,6 +144,23 @@ pub trait ModelTx {
     /// has written nothing).
     fn unit_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>>;
 
+    /// The unit bags of these units in the relation as a hook reads them, in the order
+    /// asked: with the network keys the host sets
+    /// ([`with_network_keys`](crate::network::with_network_keys)). A store may keep what it
+    /// made for the next read of the same unchanged bag.
+    fn unit_bags_seen(
+        &mut self,
+        model: &str,
+        id: RelationId,
+        of: &[&str],
+    ) -> TxResult<Vec<SharedBag>> {
+        Ok(of
+            .iter()
+            .zip(self.unit_bags(id, of)?)
+            .map(|(unit, bag)| crate::network::with_network_keys(bag, model, unit))
+            .collect())
+    }
+
     /// The application bags of these applications in the relation, as
     /// [`unit_bags`](Self::unit_bags).
     fn app_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>>;
