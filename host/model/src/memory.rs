@@ -214,6 +214,10 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
             .collect())
     }
 
+    fn unit_dying(&mut self, unit: &str) -> TxResult<bool> {
+        Ok(self.records.units.get(unit).is_some_and(|u| u.dying))
+    }
+
     fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>> {
         Ok(self.records.units.get(unit).and_then(|u| {
             u.queue

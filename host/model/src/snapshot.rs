@@ -51,7 +51,7 @@ pub fn snapshot_of<T: ModelTx + ?Sized>(
         .ok_or_else(|| not_found(format!("application {app}")))?;
     // A unit being removed, or a relation being removed, has no remote units left: they
     // departed (Juju shows the departing unit in no relation's list either).
-    let leaving = tx.dying_units(app)?.iter().any(|u| u == unit);
+    let leaving = tx.unit_dying(unit)?;
     let mut relations = BTreeMap::new();
     for rel in tx.relations_of(app)? {
         let (Some(local), Some(remote)) = (rel.local(app), rel.remote(app)) else {
@@ -239,7 +239,7 @@ pub fn unit_details<T: ModelTx + ?Sized>(
         snapshot,
         workload_version: record.workload_version,
         hook_error: record.hook_error,
-        dying: tx.dying_units(app)?.iter().any(|u| u == unit),
+        dying: tx.unit_dying(unit)?,
         leader: tx.live_lease(app)?.is_some_and(|l| l.unit() == unit),
         queued: tx.queued_hooks(unit)?.unwrap_or_default(),
     })

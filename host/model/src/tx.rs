@@ -109,6 +109,15 @@ pub trait ModelTx {
     /// application).
     fn dying_units(&mut self, app: &str) -> TxResult<Vec<String>>;
 
+    /// Whether the unit is being removed. A store that can tell for one unit without
+    /// listing its application's dying units answers here: a hook's snapshot asks.
+    fn unit_dying(&mut self, unit: &str) -> TxResult<bool> {
+        Ok(self
+            .dying_units(crate::records::app_of(unit))?
+            .iter()
+            .any(|u| u == unit))
+    }
+
     /// Whether the application exists.
     fn app_exists(&mut self, app: &str) -> TxResult<bool>;
 
