@@ -116,8 +116,8 @@ fn hook_writes(relation: RelationId, n: u64) -> Changes {
                 ("port".to_string(), Some("80".to_string())),
             ]),
         )]),
-        pod_spec: Some(Arc::new(PodSpecWrite {
-            spec: json!({
+        pod_spec: Some(Arc::new(PodSpecWrite::new(
+            json!({
                 "version": 3,
                 "containers": [{
                     "name": "web",
@@ -126,8 +126,8 @@ fn hook_writes(relation: RelationId, n: u64) -> Changes {
                     "envConfig": {"DISCOURSE_DB": format!("host=db-0 port=5432 dbname=web password={n}")},
                 }],
             }),
-            k8s_resources: None,
-        })),
+            None,
+        ))),
         unit_status: Some(Status::new(StatusKind::Active, format!("ready ({n})"))),
         ..Changes::default()
     }

@@ -196,10 +196,10 @@ fn leader_hook(m: &Model) -> Changes {
         unit_bags: BTreeMap::from([(m.web_db.id, writes(&[("host", Some("web-0"))]))]),
         app_bags: BTreeMap::from([(m.web_db.id, writes(&[("database", Some("web"))]))]),
         leader_data: writes(&[("secret", Some("s3cret"))]),
-        pod_spec: Some(Arc::new(PodSpecWrite {
-            spec: json!({"containers": [{"name": "web"}]}),
-            k8s_resources: None,
-        })),
+        pod_spec: Some(Arc::new(PodSpecWrite::new(
+            json!({"containers": [{"name": "web"}]}),
+            None,
+        ))),
         unit_status: Some(status(StatusKind::Active, "ready")),
         app_status: Some(status(StatusKind::Active, "serving")),
         workload_version: Some("1.2.3".into()),
@@ -591,10 +591,10 @@ async fn commits_at_the_limits_are_applied(store: &dyn Store) {
         unit_bags: BTreeMap::from([(m.web_db.id, full_values("unit-", 2))]),
         app_bags: BTreeMap::from([(m.web_db.id, full_values("app-", 1))]),
         leader_data,
-        pod_spec: Some(Arc::new(PodSpecWrite {
-            spec: json!({"containers": [{"name": "web", "image": spec}]}),
-            k8s_resources: None,
-        })),
+        pod_spec: Some(Arc::new(PodSpecWrite::new(
+            json!({"containers": [{"name": "web", "image": spec}]}),
+            None,
+        ))),
         unit_status: Some(status(
             StatusKind::Active,
             &"m".repeat(limits::STATUS_MESSAGE_MAX),
@@ -702,10 +702,7 @@ async fn pod_spec_revision_grows_only_on_change(store: &dyn Store) {
     deploy(store).await;
     let fence = hold(store, "web", "web/0", LONG).await;
     let set = |spec: serde_json::Value, resources: Option<serde_json::Value>| Changes {
-        pod_spec: Some(Arc::new(PodSpecWrite {
-            spec,
-            k8s_resources: resources,
-        })),
+        pod_spec: Some(Arc::new(PodSpecWrite::new(spec, resources))),
         ..Changes::default()
     };
     let spec = json!({"containers": [{"name": "web", "image": "nginx:1.25", "ports": [80, 443]}]});
@@ -1845,10 +1842,10 @@ async fn a_commit_whose_hook_read_changed_is_stale_and_applies_nothing(store: &d
         ..Changes::default()
     };
     let spec = |n: u32| {
-        Arc::new(PodSpecWrite {
-            spec: json!({"containers": [{"name": "web", "n": n}]}),
-            k8s_resources: None,
-        })
+        Arc::new(PodSpecWrite::new(
+            json!({"containers": [{"name": "web", "n": n}]}),
+            None,
+        ))
     };
     // Each input of web/0's hooks, changed by another commit or by the operator between
     // the hook's snapshot and its commit.
@@ -3905,11 +3902,10 @@ mod sqlite_only {
         let fence = hold(&store, "web", "web/0", LONG).await;
         let mut written = Vec::new();
         for i in 0..6u64 {
-            let write = PodSpecWrite {
-                spec: json!({"containers": [{"name": "web", "image": format!("nginx:1.{i}")}]}),
-                k8s_resources: (i % 2 == 1)
-                    .then(|| json!({"secrets": [{"name": format!("s{i}")}]})),
-            };
+            let write = PodSpecWrite::new(
+                json!({"containers": [{"name": "web", "image": format!("nginx:1.{i}")}]}),
+                (i % 2 == 1).then(|| json!({"secrets": [{"name": format!("s{i}")}]})),
+            );
             let changes = Changes {
                 pod_spec: Some(Arc::new(write.clone())),
                 ..Changes::default()
@@ -4072,10 +4068,10 @@ mod sqlite_only {
         // New revisions continue the history.
         let fence = hold(&store, "web", "web/0", LONG).await;
         let new_spec = Changes {
-            pod_spec: Some(Arc::new(PodSpecWrite {
-                spec: json!({"containers": [{"name": "web", "image": "new"}]}),
-                k8s_resources: None,
-            })),
+            pod_spec: Some(Arc::new(PodSpecWrite::new(
+                json!({"containers": [{"name": "web", "image": "new"}]}),
+                None,
+            ))),
             ..Changes::default()
         };
         store

@@ -37,7 +37,7 @@ pub fn enqueue_action<T: ModelTx + ?Sized>(
     if !tx.unit_exists(unit)? {
         return Err(not_found(format!("unit {unit}")));
     }
-    if tx.dying_units(app)?.iter().any(|u| u == unit) {
+    if tx.unit_dying(unit)? {
         return Err(invalid(format!("unit {unit} is being removed")));
     }
     let record = tx

@@ -124,16 +124,24 @@ pub fn status_message(message: &str) -> Result<(), LimitError> {
 /// assert_eq!(err.to_string(), "the value of leader setting \"k\" is 65537 bytes; the limit is 65536 bytes");
 /// ```
 pub fn setting(bag: &str, key: &str, value: Option<&str>) -> Result<(), LimitError> {
+    setting_len(bag, key, value).map(drop)
+}
+
+/// [`setting`], and the key's and value's size.
+fn setting_len(bag: &str, key: &str, value: Option<&str>) -> Result<usize, LimitError> {
+    let key_len = stored_len(key);
     within(
         || format!("the key of {bag} {:?}…", cut(key, 32)),
-        stored_len(key),
+        key_len,
         KEY_MAX,
     )?;
+    let value_len = value.map_or(0, stored_len);
     within(
         || format!("the value of {bag} {key:?}"),
-        value.map_or(0, stored_len),
+        value_len,
         VALUE_MAX,
-    )
+    )?;
+    Ok(key_len + value_len)
 }
 
 /// `s`'s first `max` bytes at most, on a character boundary.
@@ -243,8 +251,7 @@ pub fn check(writes: &HookWrites<'_>) -> Result<(), LimitError> {
     let mut keys = 0usize;
     for (bag, bag_writes) in &writes.bags {
         for (key, value) in bag_writes.iter() {
-            setting(bag, key, value.as_deref())?;
-            total += stored_len(key) + value.as_deref().map_or(0, stored_len);
+            total += setting_len(bag, key, value.as_deref())?;
         }
         keys += bag_writes.len();
     }
@@ -266,7 +273,7 @@ pub fn check(writes: &HookWrites<'_>) -> Result<(), LimitError> {
         total += stored_len(version);
     }
     if let Some(spec) = writes.pod_spec {
-        let size = json_len(&spec.spec) + spec.k8s_resources.as_ref().map_or(0, json_len);
+        let size = spec.encoded_len();
         within(|| "the pod spec".into(), size, POD_SPEC_MAX)?;
         total += size;
     }
@@ -326,23 +333,6 @@ pub fn written_bags<'a>(
         total,
         WRITTEN_BAGS_MAX,
     )
-}
-
-/// `value`'s size as JSON, counted as it is written rather than kept: a commit checks
-/// every pod spec, usually the same one again.
-fn json_len(value: &serde_json::Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    serde_json::to_writer(&mut count, value).map_or(usize::MAX, |()| count.0)
 }
 
 #[cfg(test)]

@@ -25,11 +25,12 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::error::{StoreError, not_found};
+use crate::network::with_network_keys;
 use crate::records::{
-    ActionRecord, ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord,
+    ActionRecord, ApplicationRecord, Bag, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord,
     PodSpecRecord, PodSpecWrite, QueuedHook, RelationId, RelationRecord, SharedBag, SharedConfig,
     Status, UnitRecord, apply_writes,
 };
@@ -102,6 +103,12 @@ struct RelationEntry {
     record: Arc<RelationRecord>,
     unit_bags: BTreeMap<String, SharedBag>,
     app_bags: BTreeMap<String, SharedBag>,
+    /// Each unit bag as a hook reads it, with the network keys, and the stored bag it was
+    /// made from (none: the unit had written nothing): made again only once that bag
+    /// changed, so a snapshot shares it rather than copying the bag to add the keys. The
+    /// stored bag is held weakly, which keeps its address from being reused while letting a
+    /// write change it in place of a copy (it then moves, so its address tells).
+    seen: BTreeMap<String, (Option<Weak<Bag>>, SharedBag)>,
 }
 
 /// Applies `writes` to a bag that snapshots may share, copying it only if one still holds it
@@ -207,6 +214,10 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
             .collect())
     }
 
+    fn unit_dying(&mut self, unit: &str) -> TxResult<bool> {
+        Ok(self.records.units.get(unit).is_some_and(|u| u.dying))
+    }
+
     fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>> {
         Ok(self.records.units.get(unit).and_then(|u| {
             u.queue
@@ -272,6 +283,7 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
         for id in ids {
             if let Some(rel) = self.records.relations.get_mut(&id) {
                 rel.unit_bags.remove(unit);
+                rel.seen.remove(unit);
             }
         }
         Ok(())
@@ -362,6 +374,41 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
 
     fn unit_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>> {
         Ok(self.bags(id, of, |r| &r.unit_bags))
+    }
+
+    fn unit_bags_seen(
+        &mut self,
+        model: &str,
+        id: RelationId,
+        of: &[&str],
+    ) -> TxResult<Vec<SharedBag>> {
+        let Some(rel) = self.records.relations.get_mut(&id) else {
+            return Ok(of
+                .iter()
+                .map(|unit| with_network_keys(SharedBag::default(), model, unit))
+                .collect());
+        };
+        Ok(of
+            .iter()
+            .map(|unit| {
+                let stored = rel.unit_bags.get(*unit);
+                let made_from = |from: &Option<Weak<Bag>>| match (from, stored) {
+                    (Some(from), Some(stored)) => std::ptr::eq(from.as_ptr(), Arc::as_ptr(stored)),
+                    (None, None) => true,
+                    _ => false,
+                };
+                match rel.seen.get(*unit) {
+                    Some((from, seen)) if made_from(from) => seen.clone(),
+                    _ => {
+                        let seen =
+                            with_network_keys(stored.cloned().unwrap_or_default(), model, unit);
+                        let from = stored.map(Arc::downgrade);
+                        rel.seen.insert(unit.to_string(), (from, seen.clone()));
+                        seen
+                    }
+                }
+            })
+            .collect())
     }
 
     fn app_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>> {
@@ -501,6 +548,7 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
                 record: Arc::new(record),
                 unit_bags: BTreeMap::new(),
                 app_bags: BTreeMap::new(),
+                seen: BTreeMap::new(),
             },
         );
         Ok(())
@@ -611,5 +659,76 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
         self.unit_mut(unit)?.queue.push((seq, hook.clone()));
         self.records.next_seq = seq;
         Ok(seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operations::{add_application, add_relation, add_unit};
+    use crate::records::{CharmMetadata, RelationEndpoint};
+    use crate::snapshot::snapshot;
+
+    #[test]
+    fn snapshots_share_a_units_bag_as_read_until_it_changes() {
+        let mut records = MemoryRecords::default();
+        let mut leases = HeldLeases::default();
+        let mut tx = MemoryTx {
+            records: &mut records,
+            leases: &mut leases,
+        };
+        for app in ["db", "web"] {
+            let record = ApplicationRecord {
+                name: app.into(),
+                charm: app.into(),
+                metadata: CharmMetadata {
+                    name: app.into(),
+                    ..Default::default()
+                },
+                config: Default::default(),
+                module: None,
+            };
+            add_application(&mut tx, record).unwrap();
+            add_unit(&mut tx, app).unwrap();
+        }
+        let endpoints = ["db", "web"].map(|app| RelationEndpoint {
+            app: app.into(),
+            endpoint: "db".into(),
+        });
+        let (rel, _) = add_relation(&mut tx, "pgsql", endpoints.into()).unwrap();
+        let bag = |tx: &mut MemoryTx<'_, HeldLeases>, unit: &str| {
+            snapshot(tx, "m", "web/0").unwrap().relations[&rel.id].unit_bags[unit].clone()
+        };
+
+        // A bag nobody wrote, and one written: each read twice is one bag.
+        let writes = BTreeMap::from([("host".to_string(), Some("db-0".to_string()))]);
+        tx.write_bag(BagOwner::Unit(rel.id, "db/0"), &writes)
+            .unwrap();
+        for unit in ["web/0", "db/0"] {
+            let (first, again) = (bag(&mut tx, unit), bag(&mut tx, unit));
+            assert!(Arc::ptr_eq(&first, &again), "{unit}: {first:?}");
+            assert!(first.contains_key("ingress-address"), "{unit}: {first:?}");
+        }
+
+        // A write shows at once, the network keys kept.
+        let before = bag(&mut tx, "db/0");
+        let writes = BTreeMap::from([("host".to_string(), Some("db-1".to_string()))]);
+        tx.write_bag(BagOwner::Unit(rel.id, "db/0"), &writes)
+            .unwrap();
+        let after = bag(&mut tx, "db/0");
+        assert_eq!(before["host"], "db-0");
+        assert_eq!(after["host"], "db-1");
+        assert_eq!(after["ingress-address"], before["ingress-address"]);
+        // A charm's own value for a network key wins, and removing it shows the host's.
+        let own = BTreeMap::from([("ingress-address".to_string(), Some("10.0.0.9".to_string()))]);
+        tx.write_bag(BagOwner::Unit(rel.id, "db/0"), &own).unwrap();
+        assert_eq!(bag(&mut tx, "db/0")["ingress-address"], "10.0.0.9");
+        let removed = BTreeMap::from([("ingress-address".to_string(), None)]);
+        tx.write_bag(BagOwner::Unit(rel.id, "db/0"), &removed)
+            .unwrap();
+        assert_eq!(
+            bag(&mut tx, "db/0")["ingress-address"],
+            before["ingress-address"]
+        );
     }
 }

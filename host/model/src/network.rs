@@ -80,6 +80,9 @@ pub fn unit_network(model: &str, unit: &str) -> UnitNetwork {
     }
 }
 
+/// The network keys whose value is the unit's address.
+const ADDRESS_KEYS: [&str; 2] = ["ingress-address", "private-address"];
+
 /// `bag`, the bag of `unit` in a relation, as a hook reads it: with the network keys the
 /// host sets, each unless the unit's charm wrote its own value. Juju writes them into the
 /// bag as the unit enters the relation; deriving them where a bag is read gives a hook the
@@ -101,7 +104,6 @@ pub fn unit_network(model: &str, unit: &str) -> UnitNetwork {
 /// assert_eq!(with_network_keys(own, "m", "db/0")["ingress-address"], "10.0.0.5");
 /// ```
 pub fn with_network_keys(mut bag: SharedBag, model: &str, unit: &str) -> SharedBag {
-    const ADDRESS_KEYS: [&str; 2] = ["ingress-address", "private-address"];
     if ADDRESS_KEYS.iter().all(|key| bag.contains_key(*key)) {
         return bag;
     }
@@ -114,4 +116,94 @@ pub fn with_network_keys(mut bag: SharedBag, model: &str, unit: &str) -> SharedB
             .or_insert_with(|| address.clone());
     }
     bag
+}
+
+/// Whether `seen` is what [`with_network_keys`] makes of `stored` (the bag of `unit` in
+/// model `model`), without making it: a commit checks that a hook's bags are unchanged by
+/// comparing the stored bags with what the hook saw, and copying each to add the keys only
+/// to compare would cost more than the check.
+///
+/// ```
+/// use std::sync::Arc;
+/// use charm_model::network::{reads_as, with_network_keys};
+///
+/// let stored: charm_model::SharedBag = Arc::new([("k".to_string(), "v".to_string())].into());
+/// let seen = with_network_keys(stored.clone(), "m", "db/0");
+/// assert!(reads_as(&stored, &seen, "m", "db/0"));
+/// assert!(!reads_as(&stored, &seen, "m", "db/1"));
+/// assert!(!reads_as(&Arc::default(), &seen, "m", "db/0"));
+/// assert!(!reads_as(&stored, &stored, "m", "db/0"));
+/// ```
+pub fn reads_as(stored: &SharedBag, seen: &SharedBag, model: &str, unit: &str) -> bool {
+    if !ADDRESS_KEYS.iter().all(|key| seen.contains_key(*key)) {
+        return false;
+    }
+    if Arc::ptr_eq(stored, seen) {
+        return true;
+    }
+    let mut address = None;
+    let mut added = 0;
+    for (key, value) in seen.iter() {
+        match stored.get(key) {
+            Some(stored) if stored == value => {}
+            Some(_) => return false,
+            None if ADDRESS_KEYS.contains(&key.as_str()) => {
+                let address = address.get_or_insert_with(|| unit_address(model, unit));
+                if value != address {
+                    return false;
+                }
+                added += 1;
+            }
+            None => return false,
+        }
+    }
+    stored.len() + added == seen.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bag(entries: &[(&str, &str)]) -> SharedBag {
+        Arc::new(
+            entries
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_bag_reads_as_its_view_with_the_network_keys_and_as_nothing_else() {
+        let address = unit_address("m", "db/0");
+        let stored_bags = [
+            bag(&[]),
+            bag(&[("k", "v")]),
+            bag(&[("ingress-address", "10.0.0.5")]),
+            bag(&[("ingress-address", "a"), ("private-address", "b")]),
+        ];
+        for stored in &stored_bags {
+            let seen = with_network_keys(stored.clone(), "m", "db/0");
+            assert!(reads_as(stored, &seen, "m", "db/0"), "{stored:?}");
+            // Any other view differs: a value changed, a key added or gone.
+            let mut changed = (*seen).clone();
+            changed.insert("private-address".into(), "elsewhere".into());
+            let mut added = (*seen).clone();
+            added.insert("new".into(), "1".into());
+            let mut gone = (*seen).clone();
+            gone.remove("ingress-address");
+            for other in [changed, added, gone] {
+                let other = Arc::new(other);
+                assert_eq!(
+                    reads_as(stored, &other, "m", "db/0"),
+                    *other == *seen,
+                    "{stored:?} as {other:?}"
+                );
+            }
+        }
+        // The stored bag with a key the view lacks.
+        let seen = with_network_keys(bag(&[]), "m", "db/0");
+        let more = bag(&[("k", "v"), ("ingress-address", &address)]);
+        assert!(!reads_as(&more, &seen, "m", "db/0"));
+    }
 }

@@ -354,10 +354,7 @@ pub fn validate(spec: &str, k8s_resources: Option<&str>) -> Result<PodSpecWrite,
         .map(validate_k8s_resources)
         .transpose()
         .map_err(PodSpecError::K8sResources)?;
-    Ok(PodSpecWrite {
-        spec,
-        k8s_resources,
-    })
+    Ok(PodSpecWrite::new(spec, k8s_resources))
 }
 
 /// The pod spec each application of a charm last set, validated: [`validate`] remembered

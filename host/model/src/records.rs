@@ -405,6 +405,63 @@ pub struct PodSpecWrite {
     pub spec: serde_json::Value,
     /// The Kubernetes resources, normalised to JSON.
     pub k8s_resources: Option<serde_json::Value>,
+    /// Its size as JSON, counted once: a charm that sets the same spec every hook hands
+    /// every commit the same shared write, and each commit checks its size.
+    #[serde(skip)]
+    encoded_len: EncodedLen,
+}
+
+impl PodSpecWrite {
+    /// A write of `spec` and `k8s_resources`, both normalised to JSON.
+    ///
+    /// ```
+    /// use charm_model::PodSpecWrite;
+    /// use serde_json::json;
+    ///
+    /// let write = PodSpecWrite::new(json!({"version": 3}), None);
+    /// assert_eq!(write.encoded_len(), r#"{"version":3}"#.len());
+    /// ```
+    pub fn new(spec: serde_json::Value, k8s_resources: Option<serde_json::Value>) -> Self {
+        PodSpecWrite {
+            spec,
+            k8s_resources,
+            encoded_len: EncodedLen::default(),
+        }
+    }
+
+    /// The spec's and resources' size as JSON, as the stores keep them.
+    pub fn encoded_len(&self) -> usize {
+        *self
+            .encoded_len
+            .0
+            .get_or_init(|| json_len(&self.spec) + self.k8s_resources.as_ref().map_or(0, json_len))
+    }
+}
+
+/// A size counted once. Not part of the value it belongs to: any two are equal.
+#[derive(Debug, Clone, Default)]
+struct EncodedLen(std::sync::OnceLock<usize>);
+
+impl PartialEq for EncodedLen {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// `value`'s size as JSON, counted as it is written rather than kept.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(usize::MAX, |()| count.0)
 }
 
 /// Writes to one bag: `None` removes the key.

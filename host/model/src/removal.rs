@@ -48,7 +48,7 @@ pub fn remove_units<T: ModelTx + ?Sized>(
         if units[..i].contains(unit) {
             return Err(invalid(format!("unit {unit} is named twice")));
         }
-        if tx.dying_units(app_of(unit))?.iter().any(|u| u == unit) {
+        if tx.unit_dying(unit)? {
             return Err(invalid(format!("unit {unit} is already being removed")));
         }
     }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::{StoreError, not_found};
-use crate::network::with_network_keys;
+use crate::network::{reads_as, with_network_keys};
 use crate::operations::live_units;
 use crate::records::{Hook, RelationId, RelationView, SharedBag, UnitSnapshot, app_of};
 use crate::tx::ModelTx;
@@ -51,7 +51,7 @@ pub fn snapshot_of<T: ModelTx + ?Sized>(
         .ok_or_else(|| not_found(format!("application {app}")))?;
     // A unit being removed, or a relation being removed, has no remote units left: they
     // departed (Juju shows the departing unit in no relation's list either).
-    let leaving = tx.dying_units(app)?.iter().any(|u| u == unit);
+    let leaving = tx.unit_dying(unit)?;
     let mut relations = BTreeMap::new();
     for rel in tx.relations_of(app)? {
         let (Some(local), Some(remote)) = (rel.local(app), rel.remote(app)) else {
@@ -82,7 +82,24 @@ pub fn snapshot_of<T: ModelTx + ?Sized>(
                 .unwrap_or_default(),
         };
         names.push(unit);
-        let unit_bags = unit_bags_seen(tx, model, rel.id, &names)?;
+        let unit_bags = match bags {
+            // Checking a hook's read: a bag it saw unchanged is that same bag.
+            BagsRead::As(read) => {
+                let seen = read.relations.get(&rel.id).map(|view| &view.unit_bags);
+                names
+                    .iter()
+                    .zip(tx.unit_bags(rel.id, &names)?)
+                    .map(|(name, stored)| {
+                        let bag = match seen.and_then(|bags| bags.get(*name)) {
+                            Some(seen) if reads_as(&stored, seen, model, name) => seen.clone(),
+                            _ => with_network_keys(stored, model, name),
+                        };
+                        (name.to_string(), bag)
+                    })
+                    .collect()
+            }
+            _ => unit_bags_seen(tx, model, rel.id, &names)?,
+        };
         let apps = [app, remote.app.as_str()];
         let app_bags = apps
             .iter()
@@ -139,11 +156,7 @@ pub fn unit_bags<T: ModelTx + ?Sized>(
     id: RelationId,
     units: &[&str],
 ) -> Result<Vec<SharedBag>, StoreError> {
-    Ok(units
-        .iter()
-        .zip(tx.unit_bags(id, units)?)
-        .map(|(unit, bag)| with_network_keys(bag, model, unit))
-        .collect())
+    tx.unit_bags_seen(model, id, units)
 }
 
 /// `unit`'s bag in relation `id` as a hook reads it (empty but for the network keys if it
@@ -226,7 +239,7 @@ pub fn unit_details<T: ModelTx + ?Sized>(
         snapshot,
         workload_version: record.workload_version,
         hook_error: record.hook_error,
-        dying: tx.dying_units(app)?.iter().any(|u| u == unit),
+        dying: tx.unit_dying(unit)?,
         leader: tx.live_lease(app)?.is_some_and(|l| l.unit() == unit),
         queued: tx.queued_hooks(unit)?.unwrap_or_default(),
     })

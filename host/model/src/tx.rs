@@ -109,6 +109,15 @@ pub trait ModelTx {
     /// application).
     fn dying_units(&mut self, app: &str) -> TxResult<Vec<String>>;
 
+    /// Whether the unit is being removed. A store that can tell for one unit without
+    /// listing its application's dying units answers here: a hook's snapshot asks.
+    fn unit_dying(&mut self, unit: &str) -> TxResult<bool> {
+        Ok(self
+            .dying_units(crate::records::app_of(unit))?
+            .iter()
+            .any(|u| u == unit))
+    }
+
     /// Whether the application exists.
     fn app_exists(&mut self, app: &str) -> TxResult<bool>;
 
@@ -143,6 +152,23 @@ pub trait ModelTx {
     /// The unit bags of these units in the relation, in the order asked (empty where a unit
     /// has written nothing).
     fn unit_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>>;
+
+    /// The unit bags of these units in the relation as a hook reads them, in the order
+    /// asked: with the network keys the host sets
+    /// ([`with_network_keys`](crate::network::with_network_keys)). A store may keep what it
+    /// made for the next read of the same unchanged bag.
+    fn unit_bags_seen(
+        &mut self,
+        model: &str,
+        id: RelationId,
+        of: &[&str],
+    ) -> TxResult<Vec<SharedBag>> {
+        Ok(of
+            .iter()
+            .zip(self.unit_bags(id, of)?)
+            .map(|(unit, bag)| crate::network::with_network_keys(bag, model, unit))
+            .collect())
+    }
 
     /// The application bags of these applications in the relation, as
     /// [`unit_bags`](Self::unit_bags).

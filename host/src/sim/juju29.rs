@@ -165,10 +165,7 @@ impl JujuTracker {
             let spec = serde_json::json!({"version": 3, "containers": [{"name": "discourse",
                 "imageDetails": {"imagePath": "discourse/discourse:2.6"},
                 "envConfig": {"DISCOURSE_DB": "host=postgresql-0", "GENERATION": format!("{} {generation}", self.unit)}}]});
-            changes.pod_spec = Some(Arc::new(PodSpecWrite {
-                spec,
-                k8s_resources: None,
-            }));
+            changes.pod_spec = Some(Arc::new(PodSpecWrite::new(spec, None)));
             // pod-spec-set checks leadership again when the hook's writes are flushed.
             if !self.is_leader().await {
                 self.metrics.hook(true, true, false, true);

@@ -1144,6 +1144,17 @@ impl ModelTx for SqliteTx<'_> {
             .db()
     }
 
+    fn unit_dying(&mut self, unit: &str) -> TxResult<bool> {
+        // The unit's own row, not its application's dying units: a large application's
+        // snapshots ask this of each unit.
+        let dying: Option<bool> = self
+            .conn
+            .prepare_cached("SELECT dying FROM units WHERE name = ?1")
+            .and_then(|mut s| s.query_row([unit], |r| r.get(0)).optional())
+            .db()?;
+        Ok(dying.unwrap_or(false))
+    }
+
     fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>> {
         let Ok(seq) = i64::try_from(seq) else {
             return Ok(None);
