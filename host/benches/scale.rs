@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use charm_host::agent::HookExecutor;
+use charm_host::agent::{HookExecutor, HookResultKind};
 use charm_host::charm::{Charm, GuaranteeWatch, HookOutcome, HookRun};
 use charm_host::controller::{Controller, ControllerConfig, HookObserver};
 use charm_host::model::{
@@ -203,6 +203,9 @@ struct Settled {
     pending: usize,
     peak_mib: f64,
     changed_p50_ms: Option<f64>,
+    /// Hooks the charm failed, and the first of them: a unit in error stops its queue, so
+    /// idle then is not settled.
+    failed: (u64, Option<String>),
 }
 
 async fn settle(
@@ -217,10 +220,18 @@ async fn settle(
     let hooks = Arc::new(AtomicU64::new(0));
     // When each relation-changed on postgresql/0 ended.
     let ends: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let (counter, ended) = (hooks.clone(), ends.clone());
+    let failed: Arc<Mutex<(u64, Option<String>)>> = Arc::default();
+    let (counter, ended, failures) = (hooks.clone(), ends.clone(), failed.clone());
     let config = ControllerConfig {
         observer: Some(HookObserver(Arc::new(move |record| {
             counter.fetch_add(1, Ordering::Relaxed);
+            if record.result == HookResultKind::CharmFailed {
+                let mut failures = failures.lock().unwrap_or_else(|e| e.into_inner());
+                failures.0 += 1;
+                failures.1.get_or_insert_with(|| {
+                    format!("{} {}: {}", record.unit, record.hook, record.outcome)
+                });
+            }
             if record.unit == "postgresql/0" && record.hook.ends_with("-relation-changed") {
                 ended
                     .lock()
@@ -301,6 +312,7 @@ async fn settle(
         pending,
         peak_mib: peak_rss(),
         changed_p50_ms,
+        failed: failed.lock().unwrap_or_else(|e| e.into_inner()).clone(),
     })
 }
 
@@ -491,7 +503,9 @@ async fn main() {
                     continue;
                 }
             };
-            let seconds = if s.idle {
+            let seconds = if let (n @ 1.., Some(first)) = &s.failed {
+                format!("{n} hooks failed, first {first}")
+            } else if s.idle {
                 format!("{:.2}", s.seconds)
             } else {
                 format!("not idle after {:.0} ({} pending)", s.seconds, s.pending)

@@ -422,7 +422,7 @@ mod tests {
                 id: 1,
                 endpoint: "db".into(),
                 remote_app: "web".into(),
-                remote_units: remote.clone(),
+                remote_units: remote.clone().into(),
                 ..RelationView::default()
             },
         );

@@ -550,13 +550,18 @@ async fn unit_writes_need_no_fence(store: &dyn Store) {
     );
 }
 
-/// `n` keys named `{prefix}{i}`, each with a value that fills the key and value up to the
-/// limit of one value.
+/// The key and value [`full_values`] writes, in bytes: a quarter of the hook's writes, and
+/// within the limit of one value.
+const FULL_VALUE: usize = limits::HOOK_WRITES_MAX / 8;
+const _: () = assert!(FULL_VALUE <= limits::VALUE_MAX);
+
+/// `n` keys named `{prefix}{i}`, each with a value that fills the key and value up to
+/// [`FULL_VALUE`] bytes.
 fn full_values(prefix: &str, n: usize) -> BagWrites {
     (0..n)
         .map(|i| {
             let key = format!("{prefix}{i}");
-            let value = "v".repeat(limits::VALUE_MAX - key.len());
+            let value = "v".repeat(FULL_VALUE - key.len());
             (key, Some(value))
         })
         .collect()
@@ -636,7 +641,7 @@ async fn a_commit_past_a_limit_applies_nothing(store: &dyn Store) {
     let m = deploy(store).await;
     let fence = hold(store, "web", "web/0", LONG).await;
     let mut changes = leader_hook(&m);
-    changes.leader_data = full_values("leader-", (limits::HOOK_WRITES_MAX / limits::VALUE_MAX) + 1);
+    changes.leader_data = full_values("leader-", (limits::HOOK_WRITES_MAX / FULL_VALUE) + 1);
     let err = store
         .commit("web/0", None, &changes, Some(&fence))
         .await
@@ -942,7 +947,7 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
         (db.id, db.endpoint.as_str(), db.remote_app.as_str()),
         (m.web_db.id, "db", "db")
     );
-    assert_eq!(db.remote_units, ["db/0"]);
+    assert_eq!(db.remote_units[..], ["db/0"]);
     let empty = BTreeMap::new();
     assert_eq!(
         plain(&db.unit_bags),
@@ -971,7 +976,7 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
         (peers.endpoint.as_str(), peers.remote_app.as_str()),
         ("cluster", "web")
     );
-    assert_eq!(peers.remote_units, ["web/0", "web/1"]);
+    assert_eq!(peers.remote_units[..], ["web/0", "web/1"]);
     assert_eq!(
         plain(&peers.unit_bags),
         BTreeMap::from([
@@ -1009,7 +1014,7 @@ async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
     // db/0 sees all three web units, and the other relation too.
     let snap = store.snapshot("db/0").await.unwrap();
     assert_eq!(
-        snap.relations[&m.web_db.id].remote_units,
+        snap.relations[&m.web_db.id].remote_units[..],
         ["web/0", "web/1", "web/2"]
     );
     assert_eq!(
@@ -1492,7 +1497,7 @@ async fn add_relation_queues_relation_hooks(store: &dyn Store) {
         ("a".to_string(), vec!["a/0".to_string(), "a/1".to_string()]),
         ("b".to_string(), vec!["b/0".to_string()]),
     ]);
-    let units_of = |app: &str| units.get(app).cloned().unwrap_or_default();
+    let units_of = |app: &str| units.get(app).cloned().unwrap_or_default().into();
     assert_eq!(
         units_and_hooks(&queued),
         routing::relation_hooks(&rel, units_of)
@@ -2477,9 +2482,9 @@ async fn remove_unit_follows_juju_order_and_releases_its_lease(store: &dyn Store
     );
     // Departed units are gone from what hooks see, for the others and for itself.
     let web0 = store.snapshot("web/0").await.unwrap();
-    assert_eq!(web0.relations[&peers].remote_units, ["web/2"]);
+    assert_eq!(web0.relations[&peers].remote_units[..], ["web/2"]);
     let db0 = store.snapshot("db/0").await.unwrap();
-    assert_eq!(db0.relations[&db].remote_units, ["web/0", "web/2"]);
+    assert_eq!(db0.relations[&db].remote_units[..], ["web/0", "web/2"]);
     let leaving = store.snapshot("web/1").await.unwrap();
     assert!(
         leaving
@@ -4007,7 +4012,7 @@ mod sqlite_only {
         assert_eq!(user_version(&path), 1);
 
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 6);
+        assert_eq!(user_version(&path), 7);
         let snap = store.snapshot("web/0").await.unwrap();
         assert_eq!(snap.stored["k"], "v", "version 1 data was lost");
         assert_eq!(
@@ -4089,7 +4094,7 @@ mod sqlite_only {
         // Reopening a current file migrates nothing and keeps the queues.
         drop(store);
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 6);
+        assert_eq!(user_version(&path), 7);
         assert_eq!(store.queued("web/0").await.unwrap(), queued[1..]);
         assert_eq!(store.queued("web/1").await.unwrap(), deployed);
     }
@@ -4108,10 +4113,11 @@ mod sqlite_only {
         assert!(!before.relations.is_empty());
         {
             // What a version 2 host left: no index, no `dying` columns and no logs (version 4),
-            // no actions (version 5), no modules (version 6).
+            // no actions (version 5), no modules (version 6), no queue index by hook (7).
             let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch(
-                "DROP TABLE relation_apps;
+                "DROP INDEX hook_queue_by_hook;
+                 DROP TABLE relation_apps;
                  DROP TABLE modules;
                  ALTER TABLE applications DROP COLUMN module;
                  ALTER TABLE applications DROP COLUMN dying;
@@ -4124,7 +4130,7 @@ mod sqlite_only {
             .unwrap();
         }
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 6);
+        assert_eq!(user_version(&path), 7);
         assert_eq!(store.snapshot("web/0").await.unwrap(), before);
         let fence = hold(&store, "web", "web/0", LONG).await;
         let committed = store

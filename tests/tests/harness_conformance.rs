@@ -61,7 +61,7 @@ fn writes_past_the_limits_get_the_same_verdict_on_both_backends() {
         ("huge-status", "the status message is 8388608 bytes"),
         (
             "huge-leader-data",
-            "is 8388608 bytes; the limit is 65536 bytes",
+            "is 8388608 bytes; the limit is 262144 bytes",
         ),
         ("many-keys", "the hook writes more than 1000 keys"),
     ] {

@@ -55,7 +55,7 @@ fn behaviours() -> Vec<(&'static str, Option<String>)> {
         (
             "huge-leader-data",
             Some(
-                "the value of leader setting \"huge\" is 8388608 bytes; the limit is 65536 bytes"
+                "the value of leader setting \"huge\" is 8388608 bytes; the limit is 262144 bytes"
                     .into(),
             ),
         ),

@@ -229,7 +229,7 @@ pub fn commit<T: ModelTx + ?Sized>(
         .chain(receipt.leader_data_changed.then_some(app));
     let units = units_by_app(tx, reached)?;
     let hooks = follow_ups(unit, &receipt, &relations, |a| {
-        units.get(a).map_or(&[][..], Vec::as_slice)
+        units.get(a).map_or(&[][..], |u| &u[..])
     });
     let queued = enqueue(tx, hooks)?;
     // The last steps of a removal are the hooks' own: after remove the unit goes, after

@@ -109,6 +109,6 @@ pub fn set_config<T: ModelTx + ?Sized>(
     }
     tx.set_app_config(app, &record.config)?;
     let units = live_units(tx, app)?;
-    let queued = enqueue(tx, units.into_iter().map(|u| (u, Hook::ConfigChanged)))?;
+    let queued = enqueue(tx, units.iter().map(|u| (u.clone(), Hook::ConfigChanged)))?;
     Ok(ConfigApplied { changed, queued })
 }

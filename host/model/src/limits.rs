@@ -20,7 +20,9 @@ pub const WORKLOAD_VERSION_MAX: usize = 1 << 10;
 /// The longest key of a relation bag, the leader settings or stored state, in bytes.
 pub const KEY_MAX: usize = 256;
 /// The longest value of a relation bag, the leader settings or stored state, in bytes.
-pub const VALUE_MAX: usize = 64 << 10;
+/// Large enough for a list of every unit of a 10,000-unit application (a database's
+/// `allowed-units`, about 150 KiB), small enough that a hook may write two of them.
+pub const VALUE_MAX: usize = 256 << 10;
 /// The most keys one hook may write, over every bag and stored state.
 pub const KEYS_PER_HOOK: usize = 1_000;
 /// The largest pod spec with its Kubernetes resources, in bytes of JSON.
@@ -121,7 +123,7 @@ pub fn status_message(message: &str) -> Result<(), LimitError> {
 ///
 /// assert!(setting("leader setting", "k", Some("v")).is_ok());
 /// let err = setting("leader setting", "k", Some(&"x".repeat(VALUE_MAX + 1))).unwrap_err();
-/// assert_eq!(err.to_string(), "the value of leader setting \"k\" is 65537 bytes; the limit is 65536 bytes");
+/// assert_eq!(err.to_string(), "the value of leader setting \"k\" is 262145 bytes; the limit is 262144 bytes");
 /// ```
 pub fn setting(bag: &str, key: &str, value: Option<&str>) -> Result<(), LimitError> {
     setting_len(bag, key, value).map(drop)
@@ -367,7 +369,7 @@ mod tests {
         let err = check(&HookWrites::from(&changes)).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "the value of leader setting \"huge\" is 33554432 bytes; the limit is 65536 bytes"
+            "the value of leader setting \"huge\" is 33554432 bytes; the limit is 262144 bytes"
         );
 
         changes.leader_data.clear();

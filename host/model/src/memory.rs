@@ -24,7 +24,7 @@
 //! assert!(tx.app_exists("kv").unwrap());
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 
 use crate::error::{StoreError, not_found};
@@ -32,7 +32,7 @@ use crate::network::with_network_keys;
 use crate::records::{
     ActionRecord, ApplicationRecord, Bag, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord,
     PodSpecRecord, PodSpecWrite, QueuedHook, RelationId, RelationRecord, SharedBag, SharedConfig,
-    Status, UnitRecord, apply_writes,
+    Status, UnitNames, UnitRecord, apply_writes,
 };
 use crate::tx::{AppView, BagOwner, ElectedTerm, ModelTx, PodSpecState, TxResult, UnitUpdate};
 
@@ -75,10 +75,53 @@ struct UnitEntry {
     record: UnitRecord,
     /// Being removed.
     dying: bool,
-    /// Queued hooks, by sequence number.
-    queue: Vec<(u64, Hook)>,
+    /// Queued hooks.
+    queue: HookQueue,
     /// Its log ring, oldest first.
     logs: std::collections::VecDeque<LogRecord>,
+}
+
+/// A unit's queued hooks, by sequence number, with how many of each wait: a database unit
+/// in a 10,000-unit relation has 20,000 queued, and every hook queued on it asks whether an
+/// equal one waits already (coalescing), which must not walk the queue.
+#[derive(Debug, Default)]
+struct HookQueue {
+    hooks: BTreeMap<u64, Hook>,
+    counts: HashMap<Hook, usize>,
+}
+
+impl HookQueue {
+    fn push(&mut self, seq: u64, hook: &Hook) {
+        *self.counts.entry(hook.clone()).or_default() += 1;
+        self.hooks.insert(seq, hook.clone());
+    }
+
+    fn remove(&mut self, seq: u64) {
+        let Some(hook) = self.hooks.remove(&seq) else {
+            return;
+        };
+        if let Some(n) = self.counts.get_mut(&hook) {
+            *n -= 1;
+            if *n == 0 {
+                self.counts.remove(&hook);
+            }
+        }
+    }
+
+    fn first(&self) -> Option<u64> {
+        self.hooks.first_key_value().map(|(seq, _)| *seq)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, &Hook)> {
+        self.hooks.iter().map(|(seq, hook)| (*seq, hook))
+    }
+
+    /// Whether a hook equal to `hook` waits behind the first (which may be running).
+    fn waits_behind_first(&self, hook: &Hook) -> bool {
+        let equal = self.counts.get(hook).copied().unwrap_or(0);
+        let first_is = self.hooks.first_key_value().is_some_and(|(_, h)| h == hook);
+        equal > usize::from(first_is)
+    }
 }
 
 #[derive(Debug)]
@@ -86,6 +129,10 @@ struct AppEntry {
     record: ApplicationRecord,
     next_unit: u32,
     units: Vec<String>,
+    /// The units not being removed, made when first asked after a change to `units` or to
+    /// one's `dying` ([`AppEntry::units_changed`]): every snapshot of a unit related to this
+    /// application shares it.
+    live: Option<UnitNames>,
     /// The effective config, made once: the record's config does not change.
     config: SharedConfig,
     leader_data: SharedBag,
@@ -109,6 +156,13 @@ struct RelationEntry {
     /// stored bag is held weakly, which keeps its address from being reused while letting a
     /// write change it in place of a copy (it then moves, so its address tells).
     seen: BTreeMap<String, (Option<Weak<Bag>>, SharedBag)>,
+}
+
+impl AppEntry {
+    /// Forgets the live units: one was added, removed or began dying.
+    fn units_changed(&mut self) {
+        self.live = None;
+    }
 }
 
 /// Applies `writes` to a bag that snapshots may share, copying it only if one still holds it
@@ -219,12 +273,11 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
     }
 
     fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>> {
-        Ok(self.records.units.get(unit).and_then(|u| {
-            u.queue
-                .iter()
-                .find(|(s, _)| *s == seq)
-                .map(|(_, h)| h.clone())
-        }))
+        Ok(self
+            .records
+            .units
+            .get(unit)
+            .and_then(|u| u.queue.hooks.get(&seq).cloned()))
     }
 
     fn set_app_config(
@@ -256,6 +309,7 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
 
     fn set_unit_dying(&mut self, unit: &str) -> TxResult<()> {
         self.unit_mut(unit)?.dying = true;
+        self.app_mut(crate::records::app_of(unit))?.units_changed();
         Ok(())
     }
 
@@ -273,7 +327,9 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
     fn delete_unit(&mut self, unit: &str) -> TxResult<()> {
         let app = crate::records::app_of(unit).to_string();
         self.records.units.remove(unit);
-        self.app_mut(&app)?.units.retain(|u| u != unit);
+        let entry = self.app_mut(&app)?;
+        entry.units.retain(|u| u != unit);
+        entry.units_changed();
         let ids = self
             .records
             .app_relations
@@ -330,6 +386,26 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
             status: a.status.clone(),
             module: a.record.module.clone(),
         }))
+    }
+
+    fn live_units(&mut self, app: &str) -> TxResult<UnitNames> {
+        let Some(entry) = self.records.apps.get(app) else {
+            return Ok(UnitNames::default());
+        };
+        if let Some(live) = &entry.live {
+            return Ok(live.clone());
+        }
+        let units = &self.records.units;
+        let live: UnitNames = entry
+            .units
+            .iter()
+            .filter(|u| !units.get(*u).is_some_and(|e| e.dying))
+            .cloned()
+            .collect();
+        if let Some(entry) = self.records.apps.get_mut(app) {
+            entry.live = Some(live.clone());
+        }
+        Ok(live)
     }
 
     fn units_of(&mut self, app: &str) -> TxResult<Vec<String>> {
@@ -450,7 +526,7 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
                 .iter()
                 .map(|(seq, hook)| QueuedHook {
                     unit: unit.to_string(),
-                    seq: *seq,
+                    seq,
                     hook: hook.clone(),
                 })
                 .collect()
@@ -501,7 +577,7 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
             .records
             .units
             .get(unit)
-            .map(|u| u.queue.iter().skip(1).any(|(_, queued)| queued == hook)))
+            .map(|u| u.queue.waits_behind_first(hook)))
     }
 
     fn create_application(&mut self, record: ApplicationRecord) -> TxResult<()> {
@@ -512,6 +588,7 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
                 record,
                 next_unit: 0,
                 units: Vec::new(),
+                live: None,
                 leader_data: SharedBag::default(),
                 status: Status::default(),
                 pod_spec: None,
@@ -525,6 +602,7 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
         let entry = self.app_mut(app)?;
         entry.next_unit = number + 1;
         entry.units.push(name.to_string());
+        entry.units_changed();
         self.records
             .units
             .insert(name.to_string(), UnitEntry::default());
@@ -598,14 +676,14 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
     }
 
     fn dequeue(&mut self, unit: &str, seq: u64) -> TxResult<()> {
-        self.unit_mut(unit)?.queue.retain(|(s, _)| *s != seq);
+        self.unit_mut(unit)?.queue.remove(seq);
         Ok(())
     }
 
     fn drop_first_queued(&mut self, unit: &str) -> TxResult<()> {
         let queue = &mut self.unit_mut(unit)?.queue;
-        if !queue.is_empty() {
-            queue.remove(0);
+        if let Some(first) = queue.first() {
+            queue.remove(first);
         }
         Ok(())
     }
@@ -656,7 +734,7 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
 
     fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64> {
         let seq = self.records.next_seq + 1;
-        self.unit_mut(unit)?.queue.push((seq, hook.clone()));
+        self.unit_mut(unit)?.queue.push(seq, hook);
         self.records.next_seq = seq;
         Ok(seq)
     }
@@ -668,6 +746,76 @@ mod tests {
     use crate::operations::{add_application, add_relation, add_unit};
     use crate::records::{CharmMetadata, RelationEndpoint};
     use crate::snapshot::snapshot;
+
+    /// The counts answer what walking the queue behind its first hook would.
+    #[test]
+    fn a_queue_knows_which_hooks_wait_behind_its_first() {
+        let mut queue = HookQueue::default();
+        let (a, b) = (Hook::Install, Hook::ConfigChanged);
+        queue.push(1, &a);
+        assert!(!queue.waits_behind_first(&a), "the first may be running");
+        queue.push(2, &b);
+        assert!(queue.waits_behind_first(&b));
+        assert!(!queue.waits_behind_first(&a));
+        queue.push(3, &a);
+        assert!(queue.waits_behind_first(&a), "a second one waits");
+        queue.remove(1);
+        assert_eq!(queue.first(), Some(2));
+        assert!(queue.waits_behind_first(&a));
+        queue.remove(3);
+        assert!(!queue.waits_behind_first(&a));
+        assert!(
+            queue.counts.get(&a).is_none(),
+            "nothing kept for a hook gone"
+        );
+        queue.remove(2);
+        assert_eq!(queue.first(), None);
+        assert!(queue.counts.is_empty());
+    }
+
+    /// A snapshot's remote units are the application's shared list, made again only after
+    /// a unit is added or begins dying.
+    #[test]
+    fn snapshots_share_the_live_units_until_they_change() {
+        let mut records = MemoryRecords::default();
+        let mut leases = HeldLeases::default();
+        let mut tx = MemoryTx {
+            records: &mut records,
+            leases: &mut leases,
+        };
+        let first = tx.live_units("none").unwrap();
+        assert!(first.is_empty());
+        let record = ApplicationRecord {
+            name: "web".into(),
+            charm: "web".into(),
+            metadata: CharmMetadata {
+                name: "web".into(),
+                ..Default::default()
+            },
+            config: Default::default(),
+            module: None,
+        };
+        add_application(&mut tx, record).unwrap();
+        for _ in 0..3 {
+            add_unit(&mut tx, "web").unwrap();
+        }
+        let before = tx.live_units("web").unwrap();
+        assert_eq!(before[..], ["web/0", "web/1", "web/2"]);
+        let again = tx.live_units("web").unwrap();
+        assert!(
+            std::ptr::eq(before.as_ptr(), again.as_ptr()),
+            "shared, not made again"
+        );
+        tx.set_unit_dying("web/1").unwrap();
+        assert_eq!(tx.live_units("web").unwrap()[..], ["web/0", "web/2"]);
+        add_unit(&mut tx, "web").unwrap();
+        assert_eq!(
+            tx.live_units("web").unwrap()[..],
+            ["web/0", "web/2", "web/3"]
+        );
+        tx.delete_unit("web/0").unwrap();
+        assert_eq!(tx.live_units("web").unwrap()[..], ["web/2", "web/3"]);
+    }
 
     #[test]
     fn snapshots_share_a_units_bag_as_read_until_it_changes() {

@@ -8,7 +8,7 @@ use crate::endpoints::{Side, resolve, split};
 use crate::error::{StoreError, invalid, not_found};
 use crate::records::{
     ApplicationRecord, Hook, LOG_RING, LogRecord, QueuedHook, RelationEndpoint, RelationHook,
-    RelationRecord,
+    RelationRecord, UnitNames,
 };
 use crate::routing::{deploy_hooks, relation_hooks};
 use crate::tx::ModelTx;
@@ -135,7 +135,7 @@ pub fn add_unit<T: ModelTx + ?Sized>(tx: &mut T, app: &str) -> Result<String, St
                 ..hook(&local.endpoint, &remote.app, "")
             }),
         ));
-        for other in live_units(tx, &remote.app)? {
+        for other in live_units(tx, &remote.app)?.iter().cloned() {
             let mine = hook(&local.endpoint, &remote.app, &other);
             let theirs = hook(&remote.endpoint, app, &name);
             joined.push((name.clone(), Hook::RelationJoined(mine.clone())));
@@ -168,13 +168,8 @@ pub fn add_units<T: ModelTx + ?Sized>(
 }
 
 /// `app`'s units that are not being removed, by number: those the model's hooks reach.
-pub fn live_units<T: ModelTx + ?Sized>(tx: &mut T, app: &str) -> Result<Vec<String>, StoreError> {
-    let mut units = tx.units_of(app)?;
-    let dying = tx.dying_units(app)?;
-    if !dying.is_empty() {
-        units.retain(|u| !dying.contains(u));
-    }
-    Ok(units)
+pub fn live_units<T: ModelTx + ?Sized>(tx: &mut T, app: &str) -> Result<UnitNames, StoreError> {
+    tx.live_units(app)
 }
 
 /// Relates the endpoints an operator names as `app[:endpoint]` (resolved as
@@ -248,7 +243,7 @@ pub fn add_relation<T: ModelTx + ?Sized>(
 pub(crate) fn units_by_app<'a, T: ModelTx + ?Sized>(
     tx: &mut T,
     apps: impl IntoIterator<Item = &'a str>,
-) -> Result<BTreeMap<&'a str, Vec<String>>, StoreError> {
+) -> Result<BTreeMap<&'a str, UnitNames>, StoreError> {
     let mut units = BTreeMap::new();
     for app in apps {
         if let Entry::Vacant(e) = units.entry(app) {

@@ -598,6 +598,38 @@ pub fn apply_writes(bag: &mut Bag, writes: &BagWrites) -> bool {
     changed
 }
 
+/// A list of unit names, shared: a 10,000-unit application's list is made once and held by
+/// every snapshot that shows it, not copied into each, and two snapshots holding the same
+/// list compare equal without comparing the names.
+#[derive(Debug, Clone, Default, Eq)]
+pub struct UnitNames(Arc<[String]>);
+
+impl PartialEq for UnitNames {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl std::ops::Deref for UnitNames {
+    type Target = [String];
+
+    fn deref(&self) -> &[String] {
+        &self.0
+    }
+}
+
+impl From<Vec<String>> for UnitNames {
+    fn from(names: Vec<String>) -> Self {
+        Self(names.into())
+    }
+}
+
+impl FromIterator<String> for UnitNames {
+    fn from_iter<I: IntoIterator<Item = String>>(names: I) -> Self {
+        Self(names.into_iter().collect())
+    }
+}
+
 /// A relation as one unit sees it in a hook.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RelationView {
@@ -608,7 +640,7 @@ pub struct RelationView {
     /// The other application (this one for peers).
     pub remote_app: String,
     /// The other side's units in the relation, sorted (for peers: the other units).
-    pub remote_units: Vec<String>,
+    pub remote_units: UnitNames,
     /// Unit bags of this unit and the remote units.
     pub unit_bags: BTreeMap<String, SharedBag>,
     /// Application bags of both sides.
@@ -646,7 +678,7 @@ pub struct UnitSnapshot {
 }
 
 /// The relation a relation hook is about, as the receiving unit sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RelationHook {
     /// The relation's id.
     pub id: RelationId,
@@ -659,7 +691,7 @@ pub struct RelationHook {
 }
 
 /// A hook to run on a unit: Juju's hook set.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "hook")]
 pub enum Hook {
     /// The unit was deployed.

@@ -79,8 +79,9 @@ fn leaving_hooks<T: ModelTx + ?Sized>(
             continue;
         };
         let remote_units: Vec<String> = live_units(tx, &remote.app)?
-            .into_iter()
-            .filter(|u| u != unit)
+            .iter()
+            .filter(|u| *u != unit)
+            .cloned()
             .collect();
         for other in &remote_units {
             if let Some(hook) = about(&rel, &remote.app, Some(unit)) {
@@ -172,8 +173,8 @@ fn break_relation<T: ModelTx + ?Sized>(
             continue;
         };
         let remote_units = live_units(tx, &remote.app)?;
-        for unit in live_units(tx, &local.app)? {
-            for other in remote_units.iter().filter(|o| **o != unit) {
+        for unit in live_units(tx, &local.app)?.iter() {
+            for other in remote_units.iter().filter(|o| *o != unit) {
                 if let Some(hook) = about(rel, &local.app, Some(other)) {
                     hooks.push((unit.clone(), Hook::RelationDeparted(hook)));
                 }

@@ -15,7 +15,7 @@ pub fn deploy_hooks() -> [Hook; 3] {
 /// units in order.
 pub fn relation_hooks(
     record: &RelationRecord,
-    units_of: impl Fn(&str) -> Vec<String>,
+    units_of: impl Fn(&str) -> crate::records::UnitNames,
 ) -> Vec<(String, Hook)> {
     let mut hooks = Vec::new();
     let sides: Vec<_> = record.endpoints.iter().collect();
@@ -24,7 +24,7 @@ pub fn relation_hooks(
             continue;
         };
         let remote_units = units_of(&remote.app);
-        for unit in units_of(&local.app) {
+        for unit in units_of(&local.app).iter() {
             let hook = |remote_unit: Option<&String>| RelationHook {
                 id: record.id,
                 endpoint: local.endpoint.clone(),
@@ -32,7 +32,7 @@ pub fn relation_hooks(
                 remote_unit: remote_unit.cloned(),
             };
             hooks.push((unit.clone(), Hook::RelationCreated(hook(None))));
-            for remote_unit in remote_units.iter().filter(|r| **r != unit) {
+            for remote_unit in remote_units.iter().filter(|r| *r != unit) {
                 hooks.push((unit.clone(), Hook::RelationJoined(hook(Some(remote_unit)))));
                 hooks.push((unit.clone(), Hook::RelationChanged(hook(Some(remote_unit)))));
             }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use crate::error::{StoreError, not_found};
 use crate::network::{reads_as, with_network_keys};
 use crate::operations::live_units;
-use crate::records::{Hook, RelationId, RelationView, SharedBag, UnitSnapshot, app_of};
+use crate::records::{Hook, RelationId, RelationView, SharedBag, UnitNames, UnitSnapshot, app_of};
 use crate::tx::ModelTx;
 
 /// Which units' bags a snapshot holds, in each relation. The unit's own bag and both
@@ -58,11 +58,18 @@ pub fn snapshot_of<T: ModelTx + ?Sized>(
             continue;
         };
         let mut remote_units = if leaving || rel.dying {
-            Vec::new()
+            UnitNames::default()
         } else {
             live_units(tx, &remote.app)?
         };
-        remote_units.retain(|u| u != unit);
+        if remote_units.iter().any(|u| u == unit) {
+            // A peer relation: the other units (a new list; the application's is shared).
+            remote_units = remote_units
+                .iter()
+                .filter(|u| *u != unit)
+                .cloned()
+                .collect();
+        }
         let mut names: Vec<&str> = match bags {
             BagsRead::All => remote_units.iter().map(String::as_str).collect(),
             BagsRead::UpTo(most) if remote_units.len() <= most => {

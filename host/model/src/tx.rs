@@ -15,7 +15,7 @@ use crate::error::StoreError;
 use crate::records::{
     ActionRecord, ApplicationRecord, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord,
     PodSpecRecord, PodSpecWrite, QueuedHook, RelationId, RelationRecord, SharedBag, SharedConfig,
-    Status, UnitRecord,
+    Status, UnitNames, UnitRecord,
 };
 
 /// What a step's reads and writes answer: the store's own errors only.
@@ -126,6 +126,19 @@ pub trait ModelTx {
 
     /// The application's units, by number (none if there is no such application).
     fn units_of(&mut self, app: &str) -> TxResult<Vec<String>>;
+
+    /// The application's units that are not being removed, by number (none if there is no
+    /// such application): the remote units every hook's snapshot lists. A store that keeps
+    /// the list between steps answers here, so a large application's list is shared by its
+    /// snapshots rather than made again for each.
+    fn live_units(&mut self, app: &str) -> TxResult<UnitNames> {
+        let mut units = self.units_of(app)?;
+        let dying = self.dying_units(app)?;
+        if !dying.is_empty() {
+            units.retain(|u| !dying.contains(u));
+        }
+        Ok(units.into())
+    }
 
     /// The number the application's next unit takes (numbers are never reused); `None` if
     /// there is no such application.

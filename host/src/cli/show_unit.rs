@@ -38,7 +38,7 @@ pub async fn run(args: ShowUnitArgs) -> Result<()> {
                     "id": r.id,
                     "endpoint": r.endpoint,
                     "remote_application": r.remote_app,
-                    "remote_units": r.remote_units,
+                    "remote_units": &r.remote_units[..],
                     "unit_data": r.unit_bags.iter().map(|(k, v)| (k.clone(), plain(v))).collect::<BTreeMap<_, _>>(),
                     "application_data": r.app_bags.iter().map(|(k, v)| (k.clone(), plain(v))).collect::<BTreeMap<_, _>>(),
                 })

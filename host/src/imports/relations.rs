@@ -38,7 +38,7 @@ impl Host for HookContext {
             id,
             name: r.endpoint.clone(),
             remote_app: r.remote_app.clone(),
-            remote_units: r.remote_units.clone(),
+            remote_units: r.remote_units.to_vec(),
         })
     }
 

@@ -84,7 +84,7 @@ use super::{
 use crate::model::{
     ActionRecord, ApplicationRecord, Bag, BagWrites, CharmMetadata, ConfigValue, Hook, LeaseHolder,
     LogRecord, PodSpecRecord, PodSpecWrite, RelationId, RelationRecord, SharedBag, SharedConfig,
-    Status, UnitRecord,
+    Status, UnitNames, UnitRecord,
 };
 
 /// How long an operation waits for another process's write transaction before it fails as
@@ -101,7 +101,7 @@ pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 
 /// Migration `i` moves the schema from version `i` to `i + 1`. Append; never edit.
 const MIGRATIONS: &[&str] = &[
-    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7,
 ];
 
 /// Version 1: the model, leases and terms.
@@ -121,6 +121,9 @@ const SCHEMA_V5: &str = include_str!("schema/v5.sql");
 
 /// Version 6: `modules`, `applications.module`.
 const SCHEMA_V6: &str = include_str!("schema/v6.sql");
+
+/// Version 7: `hook_queue_by_hook`, queued hooks by their text.
+const SCHEMA_V7: &str = include_str!("schema/v7.sql");
 
 /// The first bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
@@ -950,6 +953,9 @@ fn relation_record(
 /// The units of `?1`, by number.
 const UNIT_NAMES: &str = "SELECT name FROM units WHERE app = ?1 ORDER BY number";
 
+/// The units a hook's snapshot lists as remote units: those not being removed.
+const LIVE_UNITS: &str = "SELECT name FROM units WHERE app = ?1 AND NOT dying ORDER BY number";
+
 fn unit_names(conn: &Connection, app: &str) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn.prepare_cached(UNIT_NAMES).db()?;
     let names = stmt
@@ -1306,6 +1312,14 @@ impl ModelTx for SqliteTx<'_> {
         unit_names(self.conn, app)
     }
 
+    fn live_units(&mut self, app: &str) -> TxResult<UnitNames> {
+        // One statement, not the units and then the dying ones.
+        self.conn
+            .prepare_cached(LIVE_UNITS)
+            .and_then(|mut s| s.query_map([app], |r| r.get(0))?.collect())
+            .db()
+    }
+
     fn next_unit_number(&mut self, app: &str) -> TxResult<Option<u32>> {
         let next: Option<i64> = self
             .conn
@@ -1461,9 +1475,8 @@ impl ModelTx for SqliteTx<'_> {
             .conn
             .prepare_cached(
                 "SELECT EXISTS(SELECT 1 FROM units WHERE name = ?1),
-                        EXISTS(SELECT 1 FROM (SELECT hook FROM hook_queue WHERE unit = ?1
-                                              ORDER BY seq LIMIT -1 OFFSET 1)
-                               WHERE hook = ?2)",
+                        EXISTS(SELECT 1 FROM hook_queue WHERE unit = ?1 AND hook = ?2
+                               AND seq > (SELECT MIN(seq) FROM hook_queue WHERE unit = ?1))",
             )
             .and_then(|mut s| {
                 s.query_row([unit, encode(hook).as_str()], |r| {
@@ -2001,7 +2014,7 @@ mod tests {
             }
         });
         let conn = store.lock();
-        for sql in [RELATIONS_OF, UNIT_NAMES] {
+        for sql in [RELATIONS_OF, LIVE_UNITS] {
             let stmt = conn.prepare_cached(sql).unwrap();
             assert_eq!(
                 stmt.get_status(StatementStatus::RePrepare),
