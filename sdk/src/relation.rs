@@ -20,7 +20,7 @@ pub struct Relation {
     id: u32,
     name: String,
     remote_app: String,
-    remote_units: Vec<String>,
+    remote_units: std::sync::Arc<[String]>,
     local_unit: String,
     local_app: String,
 }

@@ -332,6 +332,10 @@ impl SqliteStore {
         // NORMAL in WAL mode: durable against process crashes (see the module doc).
         conn.pragma_update(None, "synchronous", "NORMAL").db()?;
         conn.pragma_update(None, "foreign_keys", "ON").db()?;
+        // 64 MiB of pages (the default is 2 MiB): a large relation's bags are read by every
+        // hook of its units, and read from the file (a system call per page) once they no
+        // longer fit; 10,000 units each reading a 150 KiB application bag did.
+        conn.pragma_update(None, "cache_size", -(64 << 10)).db()?;
         conn.set_prepared_statement_cache_capacity(64);
         // Plans that do not depend on the values bound. Without this, SQLite (built with
         // STAT4) compiles a cached statement again each time a parameter that it compares

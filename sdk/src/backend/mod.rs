@@ -22,7 +22,9 @@ pub(crate) struct RelationInfo {
     pub id: u32,
     pub name: String,
     pub remote_app: String,
-    pub remote_units: Vec<String>,
+    /// Shared: the read cache hands the same list to every `Relation` of the hook, so a
+    /// 10,000-unit relation's names are not copied at each look.
+    pub remote_units: std::sync::Arc<[String]>,
 }
 
 /// Everything the charm may ask of the host: one method per WIT function, in SDK types.
@@ -106,7 +108,7 @@ mod wit_backend {
                 id: r.id,
                 name: r.name,
                 remote_app: r.remote_app,
-                remote_units: r.remote_units,
+                remote_units: r.remote_units.into(),
             })
         }
         fn unit_data(&mut self, id: u32, unit: &str) -> Result<Entries> {
