@@ -765,7 +765,7 @@ mod tests {
         queue.remove(3);
         assert!(!queue.waits_behind_first(&a));
         assert!(
-            queue.counts.get(&a).is_none(),
+            !queue.counts.contains_key(&a),
             "nothing kept for a hook gone"
         );
         queue.remove(2);
