@@ -14,6 +14,7 @@ const GUESTS: &[&str] = &[
     "empty",
     "hostile",
     "contract-v0-1",
+    "contract-v0-2-1",
     "contract-unknown",
 ];
 

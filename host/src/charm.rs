@@ -43,9 +43,9 @@ const CHARM_INTERFACES: &[&str] = &[
     "network",
 ];
 /// The package and version of the current contract, which the SDK builds charms against.
-pub const WIT_PACKAGE: &str = "juju:charm@0.2.1";
+pub const WIT_PACKAGE: &str = "juju:charm@0.2.2";
 /// Every contract version this host runs, oldest first.
-pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.2.1"];
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.2.1", "0.2.2"];
 
 /// The version of the contract a charm was built against; it decides which world's
 /// bindings read its metadata and which imports it links to.
@@ -54,11 +54,14 @@ pub enum ContractVersion {
     /// `juju:charm@0.1.0`, frozen: actions without declared parameters.
     V0_1,
     /// `juju:charm@0.2.0`, frozen: actions declare typed parameters. Its imports are
-    /// 0.2.1's less `network`, so its charms link to 0.2.1's as semver says
-    /// (`juju:charm/relations@0.2.0` is satisfied by `@0.2.1`).
+    /// 0.2.2's less what 0.2.1 and 0.2.2 added, so its charms link to 0.2.2's as semver
+    /// says (`juju:charm/relations@0.2.0` is satisfied by `@0.2.2`).
     V0_2,
-    /// `juju:charm@0.2.1`, the current one: adds `network` (Juju's `network-get`).
+    /// `juju:charm@0.2.1`, frozen: adds `network` (Juju's `network-get`).
     V0_2_1,
+    /// `juju:charm@0.2.2`, the current one: adds `relation-get-packed`, a relation's unit
+    /// names in one string.
+    V0_2_2,
 }
 
 impl ContractVersion {
@@ -68,6 +71,7 @@ impl ContractVersion {
             ContractVersion::V0_1 => "0.1.0",
             ContractVersion::V0_2 => "0.2.0",
             ContractVersion::V0_2_1 => "0.2.1",
+            ContractVersion::V0_2_2 => "0.2.2",
         }
     }
 
@@ -76,6 +80,7 @@ impl ContractVersion {
             "0.1.0" => Some(ContractVersion::V0_1),
             "0.2.0" => Some(ContractVersion::V0_2),
             "0.2.1" => Some(ContractVersion::V0_2_1),
+            "0.2.2" => Some(ContractVersion::V0_2_2),
             _ => None,
         }
     }
@@ -512,14 +517,16 @@ fn contract_of(
     pre: &InstancePre<HookContext>,
 ) -> Result<ContractVersion, String> {
     let matches = |version| match version {
-        ContractVersion::V0_2 | ContractVersion::V0_2_1 => CharmPre::new(pre.clone()).map(drop),
+        ContractVersion::V0_2 | ContractVersion::V0_2_1 | ContractVersion::V0_2_2 => {
+            CharmPre::new(pre.clone()).map(drop)
+        }
         ContractVersion::V0_1 => bindings::v0_1::CharmPre::new(pre.clone()).map(drop),
     };
     match imported {
         Some(version) => matches(version)
             .map(|()| version)
             .map_err(|e| format!("its exports do not match contract {version}: {e:#}")),
-        None => [ContractVersion::V0_2_1, ContractVersion::V0_1]
+        None => [ContractVersion::V0_2_2, ContractVersion::V0_1]
             .into_iter()
             .find(|&v| matches(v).is_ok())
             .ok_or_else(|| {
@@ -659,7 +666,7 @@ impl Charm {
         };
         let instance = self.pre.instantiate(&mut store).map_err(wasm)?;
         let meta = match self.contract {
-            ContractVersion::V0_2 | ContractVersion::V0_2_1 => {
+            ContractVersion::V0_2 | ContractVersion::V0_2_1 | ContractVersion::V0_2_2 => {
                 CharmBindings::new(&mut store, &instance)
                     .map_err(wrong_world)?
                     .call_metadata(&mut store)

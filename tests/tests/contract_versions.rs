@@ -1,5 +1,5 @@
 //! Contract versions: the host runs charms built against every version it supports (the
-//! frozen `juju:charm@0.1.0` and `0.2.0`, and the current 0.2.1) through the same model
+//! frozen `juju:charm@0.1.0`, `0.2.0` and `0.2.1`, and the current 0.2.2) through the same model
 //! rules, and
 //! refuses a component of any other version naming the versions it runs.
 
@@ -10,6 +10,9 @@ use charm_host::model::{OptionType, RelationRole};
 use charm_sdk::testing::{HookRunner, Outcome, Relation, State};
 use charm_sdk::{ActionEvent, Event, Status};
 use charm_tests::{WasmContext, guests, runtime};
+
+/// A unit bag with nothing in it.
+const NO_DATA: [(&str, &str); 0] = [];
 
 #[test]
 fn a_charm_built_against_0_1_0_loads_with_its_metadata() {
@@ -72,7 +75,7 @@ fn a_charm_built_against_0_1_0_runs_its_hooks_under_the_current_rules() {
 #[test]
 fn a_charm_of_the_current_contract_declares_typed_action_parameters() {
     let charm = runtime().load_file(Path::new(guests::KV)).unwrap();
-    assert_eq!(charm.contract_version(), ContractVersion::V0_2_1);
+    assert_eq!(charm.contract_version(), ContractVersion::V0_2_2);
     let put = charm
         .metadata()
         .actions
@@ -103,8 +106,8 @@ fn a_component_of_an_unknown_contract_version_is_refused_naming_the_versions_run
     assert!(matches!(err, LoadError::WrongWorld { .. }), "{text}");
     assert!(text.contains("`juju:charm/log@9.9.9`"), "{text}");
     assert!(text.contains("\"9.9.9\""), "{text}");
-    assert!(text.contains("0.1.0, 0.2.0, 0.2.1"), "{text}");
-    assert_eq!(SUPPORTED_VERSIONS, ["0.1.0", "0.2.0", "0.2.1"]);
+    assert!(text.contains("0.1.0, 0.2.0, 0.2.1, 0.2.2"), "{text}");
+    assert_eq!(SUPPORTED_VERSIONS, ["0.1.0", "0.2.0", "0.2.1", "0.2.2"]);
 }
 
 #[test]
@@ -116,7 +119,7 @@ fn a_component_of_neither_world_is_refused_naming_the_versions_run() {
     let text = err.to_string();
     assert!(
         text.contains(
-            "not a charm of world `juju:charm/charm` at a version this host runs (0.1.0, 0.2.0, 0.2.1)"
+            "not a charm of world `juju:charm/charm` at a version this host runs (0.1.0, 0.2.0, 0.2.1, 0.2.2)"
         ),
         "{text}"
     );
@@ -152,7 +155,7 @@ fn inspect_shows_the_contract_version_and_the_action_parameters() {
     };
     let (ok, kv, stderr) = inspect(guests::KV);
     assert!(ok, "{stderr}");
-    assert!(kv.contains("Contract  juju:charm@0.2.1"), "{kv}");
+    assert!(kv.contains("Contract  juju:charm@0.2.2"), "{kv}");
     let rows: Vec<Vec<&str>> = kv
         .lines()
         .skip_while(|l| !l.starts_with("Action  Parameter"))
@@ -177,21 +180,76 @@ fn inspect_shows_the_contract_version_and_the_action_parameters() {
     let (ok, _, stderr) = inspect(guests::CONTRACT_UNKNOWN);
     assert!(!ok, "a 9.9.9 component was inspected");
     assert!(
-        stderr.contains("at a version this host runs (0.1.0, 0.2.0, 0.2.1)")
+        stderr.contains("at a version this host runs (0.1.0, 0.2.0, 0.2.1, 0.2.2)")
             && stderr.contains("contract version \"9.9.9\" is not one this host runs"),
         "{stderr}"
     );
 }
 
 #[test]
-fn a_charm_built_against_0_2_0_links_to_the_0_2_1_imports_and_runs() {
+fn a_charm_built_against_0_2_0_links_to_the_current_imports_and_runs() {
     // The empty guest is built straight on the 0.2.0 bindings: it instantiates only if each
-    // of its `@0.2.0` imports links to the host's `@0.2.1` one.
+    // of its `@0.2.0` imports links to the host's `@0.2.2` one.
     let charm = runtime().load_file(Path::new(guests::EMPTY)).unwrap();
     assert_eq!(charm.contract_version(), ContractVersion::V0_2);
     let ctx = WasmContext::new(&runtime(), guests::EMPTY).expect("the guest loads");
     let out = ctx.run(Event::Install, State::default());
     assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
+}
+
+#[test]
+fn a_charm_built_against_0_2_1_gets_a_relations_units_as_a_list() {
+    // Built straight on the 0.2.1 bindings: `relation-get` hands it the names one by one,
+    // as before 0.2.2 packed them; and `network-get`, 0.2.1's addition, still answers.
+    let charm = runtime()
+        .load_file(Path::new(guests::CONTRACT_V0_2_1))
+        .unwrap();
+    assert_eq!(charm.contract_version(), ContractVersion::V0_2_1);
+    let ctx = WasmContext::new(&runtime(), guests::CONTRACT_V0_2_1)
+        .expect("the guest loads")
+        .unit("contract-v0-2-1/0");
+    let db = Relation::new(7, "db", "pg")
+        .remote_unit("pg/10", [("k", "v")])
+        .remote_unit("pg/0", NO_DATA)
+        .remote_unit("pg/2", NO_DATA);
+    let changed = db.changed(Some("pg/2"));
+    let out = ctx.run(changed, State::default().relation(db));
+    assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
+    let bag = &out.state.relation_by_id(7).unwrap().local_unit_data;
+    assert_eq!(bag["units"], "pg/0,pg/10,pg/2");
+    assert_eq!(
+        bag["address"],
+        "contract-v0-2-1-0.contract-v0-2-1-endpoints.test.svc.cluster.local"
+    );
+}
+
+#[test]
+fn a_charm_of_the_current_contract_gets_the_same_units_packed() {
+    // The SDK asks with 0.2.2's `relation-get-packed`; what the charm sees is the same list.
+    let ctx = WasmContext::new(&runtime(), guests::PROBE)
+        .expect("the guest loads")
+        .unit("probe/0");
+    let units = ["pg/1", "pg/10", "pg/2"];
+    let mut db = Relation::new(5, "db", "pg");
+    for unit in units {
+        db = db.remote_unit(unit, NO_DATA);
+    }
+    let out = ctx.run(
+        Event::Start,
+        State::default().config("mode", "units").relation(db),
+    );
+    assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
+    assert_eq!(out.state.stored["units"], "\"pg/1,pg/10,pg/2\"");
+
+    // And a relation no unit has joined yet: no names, not one empty name.
+    let out = ctx.run(
+        Event::Start,
+        State::default()
+            .config("mode", "units")
+            .relation(Relation::new(5, "db", "pg")),
+    );
+    assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
+    assert_eq!(out.state.stored["units"], "\"\"");
 }
 
 #[test]

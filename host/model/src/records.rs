@@ -2,7 +2,7 @@
 //! buffered writes of one hook, and what a hook sees of the model.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -602,7 +602,43 @@ pub fn apply_writes(bag: &mut Bag, writes: &BagWrites) -> bool {
 /// every snapshot that shows it, not copied into each, and two snapshots holding the same
 /// list compare equal without comparing the names.
 #[derive(Debug, Clone, Default, Eq)]
-pub struct UnitNames(Arc<[String]>);
+pub struct UnitNames(Arc<Names>);
+
+#[derive(Debug, Default)]
+struct Names {
+    list: Box<[String]>,
+    /// The names as one string, made the first time a hook asks for them so (contract
+    /// 0.2.2's `relation-get-packed`), then shared like the list.
+    packed: OnceLock<String>,
+}
+
+impl Eq for Names {}
+
+impl PartialEq for Names {
+    fn eq(&self, other: &Self) -> bool {
+        self.list == other.list
+    }
+}
+
+impl UnitNames {
+    /// The names, each followed by a newline: how `relation-get-packed` hands them to a
+    /// charm. Made once per list.
+    ///
+    /// ```
+    /// let names: charm_model::records::UnitNames = vec!["db/0".to_string(), "db/1".to_string()].into();
+    /// assert_eq!(names.packed(), "db/0\ndb/1\n");
+    /// ```
+    pub fn packed(&self) -> &str {
+        self.0.packed.get_or_init(|| {
+            let mut packed = String::with_capacity(self.0.list.iter().map(|n| n.len() + 1).sum());
+            for name in &self.0.list {
+                packed.push_str(name);
+                packed.push('\n');
+            }
+            packed
+        })
+    }
+}
 
 impl PartialEq for UnitNames {
     fn eq(&self, other: &Self) -> bool {
@@ -614,19 +650,22 @@ impl std::ops::Deref for UnitNames {
     type Target = [String];
 
     fn deref(&self) -> &[String] {
-        &self.0
+        &self.0.list
     }
 }
 
 impl From<Vec<String>> for UnitNames {
     fn from(names: Vec<String>) -> Self {
-        Self(names.into())
+        Self(Arc::new(Names {
+            list: names.into(),
+            packed: OnceLock::new(),
+        }))
     }
 }
 
 impl FromIterator<String> for UnitNames {
     fn from_iter<I: IntoIterator<Item = String>>(names: I) -> Self {
-        Self(names.into_iter().collect())
+        names.into_iter().collect::<Vec<_>>().into()
     }
 }
 

@@ -1,6 +1,6 @@
 use charm_model::access::{self, Side};
 
-use crate::bindings::juju::charm::relations::{Host, Relation};
+use crate::bindings::juju::charm::relations::{Host, Relation, RelationPacked};
 use crate::bindings::types::Error;
 use crate::context::{BagOf, HookContext, overlay};
 use crate::model::{Bag, BagWrites, RelationView};
@@ -39,6 +39,16 @@ impl Host for HookContext {
             name: r.endpoint.clone(),
             remote_app: r.remote_app.clone(),
             remote_units: r.remote_units.to_vec(),
+        })
+    }
+
+    fn relation_get_packed(&mut self, id: u32) -> Result<RelationPacked, Error> {
+        let r = relation(self, id)?;
+        Ok(RelationPacked {
+            id,
+            name: r.endpoint.clone(),
+            remote_app: r.remote_app.clone(),
+            remote_units: r.remote_units.packed().to_owned(),
         })
     }
 

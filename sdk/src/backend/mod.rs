@@ -103,12 +103,13 @@ mod wit_backend {
             relations::relation_ids(name)
         }
         fn relation_get(&mut self, id: u32) -> Result<RelationInfo> {
-            let r = relations::relation_get(id)?;
+            // Packed: one copy of the names into the charm, not one allocation per name.
+            let r = relations::relation_get_packed(id)?;
             Ok(RelationInfo {
                 id: r.id,
                 name: r.name,
                 remote_app: r.remote_app,
-                remote_units: r.remote_units.into(),
+                remote_units: r.remote_units.lines().map(str::to_owned).collect(),
             })
         }
         fn unit_data(&mut self, id: u32, unit: &str) -> Result<Entries> {

@@ -62,6 +62,12 @@ impl Charm for Probe {
             let undeclared = model.network("nope").map(|_| ()).map_err(|e| e.to_string());
             return record(model, "network-nope", &undeclared);
         }
+        if mode == "units" {
+            // The units of the db relation, as the SDK hands them to a charm.
+            let units = model.relation("db")?.map(|db| db.remote_units().join(","));
+            model.stored().set("units", &units.unwrap_or_default())?;
+            return Ok(());
+        }
         if mode == "count" {
             // Every hook counts itself, twice in one commit: after any crash, each count
             // says how often the hook's commit applied, and the two must agree.
