@@ -101,7 +101,7 @@ pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 
 /// Migration `i` moves the schema from version `i` to `i + 1`. Append; never edit.
 const MIGRATIONS: &[&str] = &[
-    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7,
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7, SCHEMA_V8,
 ];
 
 /// Version 1: the model, leases and terms.
@@ -125,8 +125,35 @@ const SCHEMA_V6: &str = include_str!("schema/v6.sql");
 /// Version 7: `hook_queue_by_hook`, queued hooks by their text.
 const SCHEMA_V7: &str = include_str!("schema/v7.sql");
 
+/// Version 8: `applications.units_generation`, moved by triggers on `units`.
+const SCHEMA_V8: &str = include_str!("schema/v8.sql");
+
 /// The first bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// Each application's live units as last read, with the generation they were read at
+/// (`applications.units_generation`, schema 8). A snapshot reads the generation, one row,
+/// and reads the list again only when it moved: a database unit related to 10,000 units
+/// otherwise reads 10,000 names in every hook. Right whoever wrote the file: the
+/// generation moves in the same transaction as the change, by triggers, and a generation is
+/// never given twice in the file's committed history. Only steps that changed no unit
+/// consult or fill it ([`SqliteTx::units_changed`]): a step's own changes may roll back.
+#[derive(Debug, Default)]
+struct UnitsMemo(Mutex<HashMap<String, (i64, UnitNames)>>);
+
+impl UnitsMemo {
+    fn get(&self, app: &str, generation: i64) -> Option<UnitNames> {
+        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        memo.get(app)
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, names)| names.clone())
+    }
+
+    fn put(&self, app: &str, generation: i64, names: UnitNames) {
+        let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        memo.insert(app.to_string(), (generation, names));
+    }
+}
 
 /// Leases and model state in one SQLite database.
 #[derive(Debug)]
@@ -136,6 +163,7 @@ pub struct SqliteStore {
     path: Option<PathBuf>,
     conn: Mutex<Connection>,
     configs: ConfigMemo,
+    units: UnitsMemo,
     specs: EncodedSpecs,
     /// Wake-ups for agents idle on a unit's queue, by unit.
     signals: Mutex<HashMap<String, Arc<Notify>>>,
@@ -350,6 +378,7 @@ impl SqliteStore {
             path: None,
             conn: Mutex::new(conn),
             configs: ConfigMemo::default(),
+            units: UnitsMemo::default(),
             specs: EncodedSpecs::default(),
             signals: Mutex::new(HashMap::new()),
             watching: OnceLock::new(),
@@ -959,6 +988,7 @@ const UNIT_NAMES: &str = "SELECT name FROM units WHERE app = ?1 ORDER BY number"
 
 /// The units a hook's snapshot lists as remote units: those not being removed.
 const LIVE_UNITS: &str = "SELECT name FROM units WHERE app = ?1 AND NOT dying ORDER BY number";
+const UNITS_GENERATION: &str = "SELECT units_generation FROM applications WHERE name = ?1";
 
 fn unit_names(conn: &Connection, app: &str) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn.prepare_cached(UNIT_NAMES).db()?;
@@ -1082,6 +1112,10 @@ fn same_json(stored: &str, text: &str, value: &serde_json::Value) -> bool {
 struct SqliteTx<'c> {
     conn: &'c Connection,
     configs: &'c ConfigMemo,
+    units: &'c UnitsMemo,
+    /// Whether this step added, removed or marked dying a unit: then its lists of live
+    /// units are its own, not yet the file's, and stay out of [`UnitsMemo`] both ways.
+    units_changed: bool,
     specs: &'c EncodedSpecs,
     /// The pod spec texts [`ModelTx::pod_spec_state`] encoded, for the write that follows.
     spec_texts: Option<(String, Option<String>)>,
@@ -1221,6 +1255,7 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn set_unit_dying(&mut self, unit: &str) -> TxResult<()> {
+        self.units_changed = true;
         self.exec("UPDATE units SET dying = 1 WHERE name = ?1", [unit])?;
         Ok(())
     }
@@ -1237,6 +1272,7 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn delete_unit(&mut self, unit: &str) -> TxResult<()> {
+        self.units_changed = true;
         for sql in [
             "DELETE FROM relation_unit_bags WHERE unit = ?1",
             "DELETE FROM stored_state WHERE unit = ?1",
@@ -1317,11 +1353,29 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn live_units(&mut self, app: &str) -> TxResult<UnitNames> {
-        // One statement, not the units and then the dying ones.
-        self.conn
-            .prepare_cached(LIVE_UNITS)
-            .and_then(|mut s| s.query_map([app], |r| r.get(0))?.collect())
-            .db()
+        let read = |conn: &Connection| -> TxResult<UnitNames> {
+            // One statement, not the units and then the dying ones.
+            conn.prepare_cached(LIVE_UNITS)
+                .and_then(|mut s| s.query_map([app], |r| r.get(0))?.collect())
+                .db()
+        };
+        if self.units_changed {
+            return read(self.conn);
+        }
+        let generation: Option<i64> = self
+            .conn
+            .prepare_cached(UNITS_GENERATION)
+            .and_then(|mut s| s.query_row([app], |r| r.get(0)).optional())
+            .db()?;
+        let Some(generation) = generation else {
+            return Ok(UnitNames::default());
+        };
+        if let Some(names) = self.units.get(app, generation) {
+            return Ok(names);
+        }
+        let names = read(self.conn)?;
+        self.units.put(app, generation, names.clone());
+        Ok(names)
     }
 
     fn next_unit_number(&mut self, app: &str) -> TxResult<Option<u32>> {
@@ -1549,6 +1603,7 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn create_unit(&mut self, app: &str, number: u32, name: &str) -> TxResult<()> {
+        self.units_changed = true;
         self.exec(
             "INSERT INTO units (name, app, number, status, workload_version, hook_error)
              VALUES (?1, ?2, ?3, ?4, '', NULL)",
@@ -1781,6 +1836,8 @@ impl SqliteStore {
         let mut step = SqliteTx {
             conn: &tx,
             configs: &self.configs,
+            units: &self.units,
+            units_changed: false,
             specs: &self.specs,
             spec_texts: None,
             queued: Vec::new(),
@@ -2018,7 +2075,12 @@ mod tests {
             }
         });
         let conn = store.lock();
-        for sql in [RELATIONS_OF, LIVE_UNITS] {
+        // The live units are read once for each application; then their generation stands
+        // and the memo answers.
+        let live_units = conn.prepare_cached(LIVE_UNITS).unwrap();
+        assert_eq!(live_units.get_status(StatementStatus::Run), 2);
+        drop(live_units);
+        for sql in [RELATIONS_OF, UNITS_GENERATION] {
             let stmt = conn.prepare_cached(sql).unwrap();
             assert_eq!(
                 stmt.get_status(StatementStatus::RePrepare),
