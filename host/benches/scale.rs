@@ -6,10 +6,9 @@
 //! PostgreSQL (1 unit) and discourse (N units), relates them, and waits until no hook is
 //! queued or running. The figures are from the deploy to idle: the hooks run, the seconds,
 //! hooks per second, the process's peak resident set (reset before each case through
-//! `/proc/self/clear_refs`), and the p50 of the time between two relation-changed hooks
-//! ending on `postgresql/0`, the unit every discourse unit's commit fires a hook on, which
-//! is busy throughout: the cost of one of its hooks (snapshot, hook, commit) as the model
-//! grows.
+//! `/proc/self/clear_refs`), and the p50 of the relation-changed hooks of `postgresql/0`,
+//! the unit every discourse unit's commit fires a hook on: the cost of one of its hooks
+//! (snapshot, hook, commit, as the agent records it) as the model grows.
 //!
 //! Hops: two units of a native charm (`ping`, no wasm) in a peer relation take turns
 //! writing a counter one above the other's into their unit bags, so each write fires
@@ -218,10 +217,10 @@ async fn settle(
     let place = Place::new(kind);
     let store = place.open().await;
     let hooks = Arc::new(AtomicU64::new(0));
-    // When each relation-changed on postgresql/0 ended.
-    let ends: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    // How long each relation-changed on postgresql/0 took.
+    let durations: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let failed: Arc<Mutex<(u64, Option<String>)>> = Arc::default();
-    let (counter, ended, failures) = (hooks.clone(), ends.clone(), failed.clone());
+    let (counter, took, failures) = (hooks.clone(), durations.clone(), failed.clone());
     let config = ControllerConfig {
         observer: Some(HookObserver(Arc::new(move |record| {
             counter.fetch_add(1, Ordering::Relaxed);
@@ -233,10 +232,9 @@ async fn settle(
                 });
             }
             if record.unit == "postgresql/0" && record.hook.ends_with("-relation-changed") {
-                ended
-                    .lock()
+                took.lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .push(Instant::now());
+                    .push(record.duration);
             }
         }))),
         // As `charm-host run` sets it.
@@ -301,10 +299,9 @@ async fn settle(
     };
     let pending = controller.pending();
     controller.shutdown();
-    let ends = ends.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let mut gaps: Vec<Duration> = ends.windows(2).map(|w| w[1] - w[0]).collect();
+    let mut durations = durations.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let changed_p50_ms =
-        (!gaps.is_empty()).then(|| common::percentiles(&mut gaps).0.as_secs_f64() * 1e3);
+        (!durations.is_empty()).then(|| common::percentiles(&mut durations).0.as_secs_f64() * 1e3);
     Ok(Settled {
         hooks: hooks.load(Ordering::Relaxed),
         seconds,

@@ -231,6 +231,14 @@ pub struct HookRecord {
     pub pod_spec_revision: Option<u64>,
     /// Whether a leader-only operation was refused for leadership in it.
     pub refused_not_leader: bool,
+    /// How long it took, from reading its snapshot to the end of its commit (or of its
+    /// failure). In JSON, `duration_ms`.
+    #[serde(rename = "duration_ms", serialize_with = "as_millis")]
+    pub duration: Duration,
+}
+
+fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1e3)
 }
 
 /// How a hook attempt ended.
@@ -613,6 +621,7 @@ impl UnitAgent {
                     outcome: "skipped: no longer leader".into(),
                     pod_spec_revision: None,
                     refused_not_leader: false,
+                    duration: Duration::ZERO,
                 },
             );
             return Ok(Ran::Skipped);
@@ -683,6 +692,7 @@ impl UnitAgent {
             outcome: "ok".into(),
             pod_spec_revision: None,
             refused_not_leader,
+            duration: Duration::ZERO,
         };
         // Refused as no longer queued: an earlier run's commit applied it, and this run's
         // writes are not applied again.
@@ -872,9 +882,10 @@ impl UnitAgent {
 
     /// Records a hook attempt that began (read its snapshot) at `began`: in the metrics,
     /// and with the controller's observer and history.
-    fn finish(&mut self, began: Instant, record: HookRecord) {
+    fn finish(&mut self, began: Instant, mut record: HookRecord) {
+        record.duration = began.elapsed();
         if let Some(metrics) = &mut self.metrics {
-            metrics.hook_ended(&record.hook, record.result.as_str(), began.elapsed());
+            metrics.hook_ended(&record.hook, record.result.as_str(), record.duration);
         }
         self.shared.record(record);
     }

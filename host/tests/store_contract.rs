@@ -3712,11 +3712,12 @@ mod sqlite_only {
         std::fs::read(path).unwrap()
     }
 
-    /// A host keeps each application's list of live units between snapshots while the
-    /// file's generation for it stands (schema 8): another host's new unit, and its unit
-    /// marked dying, show in the next snapshot all the same.
+    /// A host keeps each application's list of live units, and each application bag,
+    /// between snapshots while the file's generation for it stands (schema 8): another
+    /// host's new unit, its unit marked dying and its write to an application bag show in
+    /// the next snapshot all the same.
     #[tokio::test]
-    async fn another_hosts_unit_changes_show_in_the_next_snapshot() {
+    async fn another_hosts_changes_show_in_the_next_snapshot() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.db");
         let here = SqliteStore::open(&path, "test-model").unwrap();
@@ -3739,6 +3740,28 @@ mod sqlite_only {
         // And the other way round, on the host that made the changes.
         let after = there.snapshot("db/0").await.unwrap();
         assert_eq!(units(after), ["web/0", "web/2", "web/3"]);
+
+        let web_bag = |snap: charm_host::model::UnitSnapshot| {
+            (*snap.relations[&m.web_db.id].app_bags["web"]).clone()
+        };
+        assert!(web_bag(here.snapshot("db/0").await.unwrap()).is_empty());
+        let fence = hold(&there, "web", "web/0", LONG).await;
+        there
+            .commit("web/0", None, &leader_hook(&m), Some(&fence))
+            .await
+            .unwrap();
+        let bag = web_bag(here.snapshot("db/0").await.unwrap());
+        assert_eq!(bag.get("database").map(String::as_str), Some("web"));
+        // A key removed moves the generation too.
+        let mut removal = Changes::default();
+        removal
+            .app_bags
+            .insert(m.web_db.id, writes(&[("database", None)]));
+        there
+            .commit("web/0", None, &removal, Some(&fence))
+            .await
+            .unwrap();
+        assert!(web_bag(here.snapshot("db/0").await.unwrap()).is_empty());
     }
 
     #[tokio::test]
@@ -4149,7 +4172,11 @@ mod sqlite_only {
                 "DROP TRIGGER unit_added;
                  DROP TRIGGER unit_deleted;
                  DROP TRIGGER unit_dying;
-                 DROP TABLE units_generation;
+                 DROP TRIGGER app_bag_key_added;
+                 DROP TRIGGER app_bag_key_changed;
+                 DROP TRIGGER app_bag_key_removed;
+                 DROP TABLE app_bag_generations;
+                 DROP TABLE generation_counter;
                  ALTER TABLE applications DROP COLUMN units_generation;
                  DROP INDEX hook_queue_by_hook;
                  DROP TABLE relation_apps;

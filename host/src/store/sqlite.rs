@@ -125,33 +125,43 @@ const SCHEMA_V6: &str = include_str!("schema/v6.sql");
 /// Version 7: `hook_queue_by_hook`, queued hooks by their text.
 const SCHEMA_V7: &str = include_str!("schema/v7.sql");
 
-/// Version 8: `applications.units_generation`, moved by triggers on `units`.
+/// Version 8: generations of each application's units and of each application bag,
+/// moved by triggers.
 const SCHEMA_V8: &str = include_str!("schema/v8.sql");
 
 /// The first bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
-/// Each application's live units as last read, with the generation they were read at
-/// (`applications.units_generation`, schema 8). A snapshot reads the generation, one row,
-/// and reads the list again only when it moved: a database unit related to 10,000 units
-/// otherwise reads 10,000 names in every hook. Right whoever wrote the file: the
-/// generation moves in the same transaction as the change, by triggers, and a generation is
-/// never given twice in the file's committed history. Only steps that changed no unit
-/// consult or fill it ([`SqliteTx::units_changed`]): a step's own changes may roll back.
-#[derive(Debug, Default)]
-struct UnitsMemo(Mutex<HashMap<String, (i64, UnitNames)>>);
+/// What a snapshot reads again and again, as last read, with the generation it was read
+/// at (schema 8): each application's live units (`applications.units_generation`) and each
+/// application bag of a relation (`app_bag_generations`). A snapshot reads the generation,
+/// one row, and reads the thing again only when it moved: a database unit related to 10,000
+/// units otherwise reads 10,000 names in every hook, and each of those units the database's
+/// 150 KiB application bag. Right whoever wrote the file: a generation moves in the same
+/// transaction as the change, by triggers, and is never given twice in the file's committed
+/// history. Only steps that changed none of it consult or fill it
+/// ([`SqliteTx::units_changed`], [`SqliteTx::app_bags_changed`]): a step's own changes may
+/// roll back.
+#[derive(Debug)]
+struct Memo<K, V>(Mutex<HashMap<K, (i64, V)>>);
 
-impl UnitsMemo {
-    fn get(&self, app: &str, generation: i64) -> Option<UnitNames> {
+impl<K, V> Default for Memo<K, V> {
+    fn default() -> Self {
+        Self(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: Eq + std::hash::Hash, V: Clone> Memo<K, V> {
+    fn get(&self, key: &K, generation: i64) -> Option<V> {
         let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        memo.get(app)
+        memo.get(key)
             .filter(|(g, _)| *g == generation)
-            .map(|(_, names)| names.clone())
+            .map(|(_, value)| value.clone())
     }
 
-    fn put(&self, app: &str, generation: i64, names: UnitNames) {
+    fn put(&self, key: K, generation: i64, value: V) {
         let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        memo.insert(app.to_string(), (generation, names));
+        memo.insert(key, (generation, value));
     }
 }
 
@@ -163,7 +173,8 @@ pub struct SqliteStore {
     path: Option<PathBuf>,
     conn: Mutex<Connection>,
     configs: ConfigMemo,
-    units: UnitsMemo,
+    units: Memo<String, UnitNames>,
+    app_bags: Memo<(RelationId, String), SharedBag>,
     specs: EncodedSpecs,
     /// Wake-ups for agents idle on a unit's queue, by unit.
     signals: Mutex<HashMap<String, Arc<Notify>>>,
@@ -378,7 +389,8 @@ impl SqliteStore {
             path: None,
             conn: Mutex::new(conn),
             configs: ConfigMemo::default(),
-            units: UnitsMemo::default(),
+            units: Memo::default(),
+            app_bags: Memo::default(),
             specs: EncodedSpecs::default(),
             signals: Mutex::new(HashMap::new()),
             watching: OnceLock::new(),
@@ -989,6 +1001,8 @@ const UNIT_NAMES: &str = "SELECT name FROM units WHERE app = ?1 ORDER BY number"
 /// The units a hook's snapshot lists as remote units: those not being removed.
 const LIVE_UNITS: &str = "SELECT name FROM units WHERE app = ?1 AND NOT dying ORDER BY number";
 const UNITS_GENERATION: &str = "SELECT units_generation FROM applications WHERE name = ?1";
+const APP_BAG_GENERATION: &str =
+    "SELECT generation FROM app_bag_generations WHERE relation = ?1 AND app = ?2";
 
 fn unit_names(conn: &Connection, app: &str) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn.prepare_cached(UNIT_NAMES).db()?;
@@ -1112,10 +1126,13 @@ fn same_json(stored: &str, text: &str, value: &serde_json::Value) -> bool {
 struct SqliteTx<'c> {
     conn: &'c Connection,
     configs: &'c ConfigMemo,
-    units: &'c UnitsMemo,
+    units: &'c Memo<String, UnitNames>,
     /// Whether this step added, removed or marked dying a unit: then its lists of live
-    /// units are its own, not yet the file's, and stay out of [`UnitsMemo`] both ways.
+    /// units are its own, not yet the file's, and stay out of [`Memo`] both ways.
     units_changed: bool,
+    app_bag_memo: &'c Memo<(RelationId, String), SharedBag>,
+    /// Whether this step wrote or removed a key of an application bag: as `units_changed`.
+    app_bags_changed: bool,
     specs: &'c EncodedSpecs,
     /// The pod spec texts [`ModelTx::pod_spec_state`] encoded, for the write that follows.
     spec_texts: Option<(String, Option<String>)>,
@@ -1286,9 +1303,11 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn delete_relation(&mut self, id: RelationId) -> TxResult<()> {
+        self.app_bags_changed = true;
         for sql in [
             "DELETE FROM relation_unit_bags WHERE relation = ?1",
             "DELETE FROM relation_app_bags WHERE relation = ?1",
+            "DELETE FROM app_bag_generations WHERE relation = ?1",
             "DELETE FROM relation_apps WHERE relation = ?1",
             "DELETE FROM relations WHERE id = ?1",
         ] {
@@ -1298,9 +1317,11 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn delete_application(&mut self, app: &str) -> TxResult<()> {
+        self.app_bags_changed = true;
         for sql in [
             "DELETE FROM leader_data WHERE app = ?1",
             "DELETE FROM relation_app_bags WHERE app = ?1",
+            "DELETE FROM app_bag_generations WHERE app = ?1",
             "DELETE FROM relation_apps WHERE app = ?1",
             "DELETE FROM pod_spec_history WHERE app = ?1",
             "DELETE FROM pod_specs WHERE app = ?1",
@@ -1370,11 +1391,12 @@ impl ModelTx for SqliteTx<'_> {
         let Some(generation) = generation else {
             return Ok(UnitNames::default());
         };
-        if let Some(names) = self.units.get(app, generation) {
+        let key = app.to_string();
+        if let Some(names) = self.units.get(&key, generation) {
             return Ok(names);
         }
         let names = read(self.conn)?;
-        self.units.put(app, generation, names.clone());
+        self.units.put(key, generation, names.clone());
         Ok(names)
     }
 
@@ -1477,12 +1499,35 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn app_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>> {
-        self.bags(
-            "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1",
-            "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1 AND app = ?2",
-            id,
-            of,
-        )
+        const ALL: &str = "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1";
+        const ONE: &str =
+            "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1 AND app = ?2";
+        if self.app_bags_changed {
+            return self.bags(ALL, ONE, id, of);
+        }
+        let mut bags = Vec::with_capacity(of.len());
+        for app in of {
+            let generation: Option<i64> = self
+                .conn
+                .prepare_cached(APP_BAG_GENERATION)
+                .and_then(|mut s| s.query_row((id, app), |r| r.get(0)).optional())
+                .db()?;
+            let Some(generation) = generation else {
+                bags.push(SharedBag::default());
+                continue;
+            };
+            let key = (id, app.to_string());
+            let bag = match self.app_bag_memo.get(&key, generation) {
+                Some(bag) => bag,
+                None => {
+                    let bag = self.bags(ALL, ONE, id, &[app])?.remove(0);
+                    self.app_bag_memo.put(key, generation, bag.clone());
+                    bag
+                }
+            };
+            bags.push(bag);
+        }
+        Ok(bags)
     }
 
     fn pod_spec_revision(&mut self, app: &str) -> TxResult<Option<u64>> {
@@ -1633,7 +1678,10 @@ impl ModelTx for SqliteTx<'_> {
     fn write_bag(&mut self, owner: BagOwner<'_>, writes: &BagWrites) -> TxResult<bool> {
         match owner {
             BagOwner::Unit(id, unit) => write_bag(self.conn, &UNIT_BAGS, &[&id, &unit], writes),
-            BagOwner::App(id, app) => write_bag(self.conn, &APP_BAGS, &[&id, &app], writes),
+            BagOwner::App(id, app) => {
+                self.app_bags_changed = true;
+                write_bag(self.conn, &APP_BAGS, &[&id, &app], writes)
+            }
             BagOwner::Leader(app) => write_bag(self.conn, &LEADER_DATA, &[&app], writes),
         }
     }
@@ -1838,6 +1886,8 @@ impl SqliteStore {
             configs: &self.configs,
             units: &self.units,
             units_changed: false,
+            app_bag_memo: &self.app_bags,
+            app_bags_changed: false,
             specs: &self.specs,
             spec_texts: None,
             queued: Vec::new(),
