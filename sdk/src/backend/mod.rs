@@ -109,7 +109,11 @@ mod wit_backend {
                 id: r.id,
                 name: r.name,
                 remote_app: r.remote_app,
-                remote_units: r.remote_units.lines().map(str::to_owned).collect(),
+                remote_units: r
+                    .remote_units
+                    .split_terminator('\n')
+                    .map(str::to_owned)
+                    .collect(),
             })
         }
         fn unit_data(&mut self, id: u32, unit: &str) -> Result<Entries> {
