@@ -1,7 +1,7 @@
 //! A deployment: applications, their units' agents, relations, and the routing of the
 //! hooks one unit's commit causes on others.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,10 +15,10 @@ use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
 use crate::metrics::HostMetrics;
 use crate::model::{
     ApplicationRecord, CharmMetadata, ConfigValue, Hook, RelationEndpoint, RelationRecord,
-    RelationRole, agent_holder, agent_host, app_of, holder_agent, ownership_lease,
+    RelationRole, agent_holder, agent_host, app_of, holder_agent, holder_unit, ownership_lease,
 };
 use crate::module_switch::ModuleSwitch;
-use crate::store::{ModelStatus, QueuedHook, Store, StoreError};
+use crate::store::{Lease, ModelStatus, QueuedHook, Store, StoreError};
 
 /// Called with every hook run, as it ends.
 #[derive(Clone)]
@@ -153,6 +153,51 @@ impl Pending {
 
     pub(crate) fn done(&self, n: usize) {
         self.0.send_modify(|p| *p = p.saturating_sub(n));
+    }
+}
+
+/// How often [`Controller::wait_settled`] looks at the leases again while idle.
+const SETTLE_POLL: Duration = Duration::from_millis(50);
+
+/// How much more time left a lease must show than it could have had with no renewal since
+/// it was first seen, to count as renewed: etcd reports a lease's time left in whole
+/// seconds, rounded down.
+const RENEWAL_EVIDENCE: Duration = Duration::from_millis(1100);
+
+/// Leases held by agents this host does not run, as first seen: a holder whose lease later
+/// shows more time left than it could have without a renewal is alive. One that never
+/// renews (its host gone) is never taken for alive; its lease lapses instead.
+#[derive(Debug, Default)]
+struct LeaseSightings(BTreeMap<String, Sighting>);
+
+#[derive(Debug)]
+struct Sighting {
+    holder: String,
+    term: u64,
+    at: tokio::time::Instant,
+    left: Duration,
+}
+
+impl LeaseSightings {
+    /// Whether `app`'s `lease`, seen `now`, was renewed since first seen.
+    fn renewed(&mut self, app: &str, lease: &Lease, now: tokio::time::Instant) -> bool {
+        let seen = Sighting {
+            holder: lease.holder.clone(),
+            term: lease.term,
+            at: now,
+            left: lease.duration,
+        };
+        let first = self.0.entry(app.to_string()).or_insert(seen);
+        if first.holder != lease.holder || first.term != lease.term {
+            *first = Sighting {
+                holder: lease.holder.clone(),
+                term: lease.term,
+                at: now,
+                left: lease.duration,
+            };
+            return false;
+        }
+        lease.duration + now.saturating_duration_since(first.at) > first.left + RENEWAL_EVIDENCE
     }
 }
 
@@ -384,6 +429,8 @@ pub struct Controller {
     host: String,
     seed: u64,
     idle: watch::Receiver<usize>,
+    /// Why leadership was not settled when [`Controller::wait_settled`] last looked.
+    unsettled: Mutex<Vec<String>>,
 }
 
 impl Controller {
@@ -413,6 +460,7 @@ impl Controller {
             seed: config.seed.unwrap_or_else(rand::random),
             config,
             idle,
+            unsettled: Mutex::new(Vec::new()),
         })
     }
 
@@ -909,6 +957,90 @@ impl Controller {
         *self.idle.borrow()
     }
 
+    /// Waits until this host is settled: idle ([`Controller::wait_idle`]), and every
+    /// application it runs units of led by a live agent that has run leader-elected for its
+    /// term. A lease held by an agent that no longer runs (its host killed before it could
+    /// release it) lapses, then one of this host's units takes over and runs leader-elected:
+    /// a host run until idle waits for that, rather than stop with the application's last
+    /// hooks run by followers and no leader to act on them. A leader on another host counts
+    /// once its lease is seen renewed.
+    pub async fn wait_settled(&self) {
+        let mut sightings = LeaseSightings::default();
+        loop {
+            self.wait_idle().await;
+            let unsettled = self.unsettled_leadership(&mut sightings).await;
+            let settled = unsettled.is_empty() && self.pending() == 0;
+            *self.unsettled.lock().unwrap_or_else(|e| e.into_inner()) = unsettled;
+            if settled {
+                return;
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
+        }
+    }
+
+    /// Why leadership was not settled when [`Controller::wait_settled`] last looked, an
+    /// application a line: empty once settled, or before it looked.
+    pub fn unsettled(&self) -> Vec<String> {
+        self.unsettled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The applications this host runs units of whose leadership is not settled (see
+    /// [`Controller::wait_settled`]), each with why.
+    async fn unsettled_leadership(&self, sightings: &mut LeaseSightings) -> Vec<String> {
+        let running: BTreeSet<String> = self
+            .shared
+            .mailboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        let holders = self
+            .holders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let apps: BTreeSet<&str> = running.iter().map(|u| app_of(u)).collect();
+        let store = &self.shared.store;
+        let mut unsettled = Vec::new();
+        for app in apps {
+            let lease = match store.leader(app).await {
+                Ok(Some(lease)) => lease,
+                Ok(None) => {
+                    unsettled.push(format!("{app}: no leader yet"));
+                    continue;
+                }
+                Err(e) => {
+                    unsettled.push(format!("{app}: {e}"));
+                    continue;
+                }
+            };
+            let unit = holder_unit(&lease.holder);
+            if running.contains(unit) && holders.get(unit) == Some(&lease.holder) {
+                // Led from here: settled once its leader-elected for this term committed.
+                match store.snapshot(unit).await {
+                    Ok(s) if s.elected_term == Some(lease.term) => {}
+                    Ok(_) => unsettled.push(format!(
+                        "{app}: {unit} leads (term {}), its leader-elected not yet run",
+                        lease.term
+                    )),
+                    Err(e) => unsettled.push(format!("{app}: {unit}: {e}")),
+                }
+            } else if !sightings.renewed(app, &lease, tokio::time::Instant::now()) {
+                unsettled.push(format!(
+                    "{app}: led by {} (term {}), a lease not seen renewed, {:.1} s left",
+                    lease.holder,
+                    lease.term,
+                    lease.duration.as_secs_f64()
+                ));
+            }
+        }
+        unsettled
+    }
+
     /// The model's status.
     pub async fn status(&self) -> Result<ModelStatus, StoreError> {
         self.shared.store.status().await
@@ -1031,5 +1163,39 @@ impl Controller {
 impl Drop for Controller {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(holder: &str, term: u64, left_ms: u64) -> Lease {
+        Lease {
+            holder: holder.to_string(),
+            term,
+            duration: Duration::from_millis(left_ms),
+        }
+    }
+
+    #[test]
+    fn a_lease_counts_as_renewed_only_with_more_time_left_than_it_could_keep_alone() {
+        let start = tokio::time::Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut seen = LeaseSightings::default();
+        assert!(!seen.renewed("db", &lease("db/0#a.1", 4, 3000), at(0)));
+        // Running down as a lease nobody renews does, even rounded up a second (etcd).
+        assert!(!seen.renewed("db", &lease("db/0#a.1", 4, 2000), at(1000)));
+        assert!(!seen.renewed("db", &lease("db/0#a.1", 4, 1000), at(1000)));
+        assert!(!seen.renewed("db", &lease("db/0#a.1", 4, 100), at(2900)));
+        // Extended: more left than the first sighting allows.
+        assert!(seen.renewed("db", &lease("db/0#a.1", 4, 2900), at(2000)));
+        // Another holder, or a new term of the same: seen afresh.
+        assert!(!seen.renewed("db", &lease("db/1#b.2", 5, 3000), at(2000)));
+        assert!(!seen.renewed("db", &lease("db/1#b.2", 5, 3000), at(2500)));
+        assert!(seen.renewed("db", &lease("db/1#b.2", 5, 3000), at(3200)));
+        assert!(!seen.renewed("db", &lease("db/1#b.2", 6, 3000), at(3300)));
+        // Each application on its own.
+        assert!(!seen.renewed("web", &lease("web/0#a.1", 1, 3000), at(5000)));
     }
 }

@@ -216,7 +216,9 @@ enum Command {
     Run {
         #[command(flatten)]
         bundle: BundleArgs,
-        /// Stop when no hook is queued or running, and print the status.
+        /// Stop when no hook is queued or running and every application with units here
+        /// has a live leader that has run leader-elected (a lease left by a killed host is
+        /// waited out), and print the status.
         #[arg(long)]
         until_idle: bool,
         /// With --until-idle: give up (exit 1) if not idle after this many seconds.
@@ -862,16 +864,28 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
     let progress = std::io::stderr().is_terminal();
     if let Some(timeout) = until_idle {
         let deadline = tokio::time::Instant::now() + timeout;
+        // One wait throughout: it remembers the leases it has seen, to tell a live leader
+        // on another host from a lease left by a killed one.
+        let settled = controller.wait_settled();
+        tokio::pin!(settled);
         loop {
             tokio::select! {
-                _ = controller.wait_idle() => break,
+                _ = &mut settled => break,
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                    let pending = controller.pending();
+                    let unsettled = controller.unsettled();
                     if progress {
-                        eprintln!("running: {} hooks queued or running", controller.pending());
+                        match (pending, unsettled.first()) {
+                            (0, Some(why)) => eprintln!("waiting for leadership: {why}"),
+                            _ => eprintln!("running: {pending} hooks queued or running"),
+                        }
                     }
                     if tokio::time::Instant::now() >= deadline {
                         print_status(&store, format).await?;
-                        bail!("not idle after {timeout:?}: {} hooks still queued or running", controller.pending());
+                        if pending == 0 && !unsettled.is_empty() {
+                            bail!("not idle after {timeout:?}: leadership not settled: {}", unsettled.join("; "));
+                        }
+                        bail!("not idle after {timeout:?}: {pending} hooks still queued or running");
                     }
                 }
             }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use charm_host::store::{SqliteStore, StateStore};
+use charm_host::store::{Claim, LeaseStore, SqliteStore, StateStore};
 use charm_tests::guests;
 
 fn write_bundle(dir: &Path) -> PathBuf {
@@ -141,6 +141,76 @@ fn killed_at_random_moments_the_host_loses_nothing_and_applies_nothing_twice() {
         check_store(&db, &acked);
     }
     eprintln!("{kills} kills over {stores} stores");
+}
+
+/// A host killed while one of its agents led an application leaves that lease to lapse. A
+/// host run until idle on the same store must not call itself idle while the lease stands:
+/// its units would have run their hooks as followers, and the pod spec, set by the leader,
+/// would never be written. It waits the lease out, then a unit of its own leads and runs
+/// leader-elected.
+#[test]
+fn a_leader_lease_left_by_a_killed_host_is_waited_out_before_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = write_bundle(dir.path());
+    let db = dir.path().join("model.db");
+    let dead = "discourse/2#killed-host.0000dead";
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let held = rt.block_on(async {
+        let store = SqliteStore::open(&db, "default").unwrap();
+        store
+            .claim("discourse", dead, Duration::from_secs(2))
+            .await
+            .unwrap()
+    });
+    let Claim::Held(dead_lease) = held else {
+        panic!("the empty store's lease was not granted: {held:?}")
+    };
+    let started = Instant::now();
+    let out = Command::new(charm_tests::charm_host_binary())
+        .args([
+            "run",
+            bundle.to_str().unwrap(),
+            "--until-idle",
+            "--timeout",
+            "60",
+        ])
+        .args(["--store", &format!("sqlite:{}", db.display())])
+        .args(["--lease-duration", "3", "--renew-interval", "0.5"])
+        .args(["--retry-period", "0.25", "--drift-margin", "1.5"])
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let waited = started.elapsed();
+    let store = SqliteStore::open(&db, "default").unwrap();
+    let spec = rt
+        .block_on(store.pod_spec("discourse"))
+        .unwrap()
+        .unwrap_or_else(|| panic!("discourse has no pod spec after {waited:?}"));
+    let db_env = spec.spec["containers"][0]["envConfig"]["DISCOURSE_DB"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(db_env.starts_with("host=postgresql-0"), "{db_env}");
+    // The leader that wrote it ran leader-elected in a term after the killed host's.
+    let elected: Vec<u64> = rt.block_on(async {
+        let mut terms = Vec::new();
+        for unit in store.units("discourse").await.unwrap() {
+            terms.extend(store.snapshot(&unit).await.unwrap().elected_term);
+        }
+        terms
+    });
+    assert!(
+        elected.iter().any(|t| *t > dead_lease.term),
+        "no discourse unit ran leader-elected after term {}: {elected:?}",
+        dead_lease.term
+    );
 }
 
 fn check_store(db: &Path, acked: &[(String, u64)]) {
