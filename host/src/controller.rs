@@ -959,7 +959,7 @@ impl Controller {
 
     /// Waits until this host is settled: idle ([`Controller::wait_idle`]), and every
     /// application it runs units of led by a live agent that has run leader-elected for its
-    /// term. A lease held by an agent that no longer runs (its host killed before it could
+    /// term (or waits in error for the operator, as a unit's other failed hooks do). A lease held by an agent that no longer runs (its host killed before it could
     /// release it) lapses, then one of this host's units takes over and runs leader-elected:
     /// a host run until idle waits for that, rather than stop with the application's last
     /// hooks run by followers and no leader to act on them. A leader on another host counts
@@ -1021,8 +1021,19 @@ impl Controller {
             let unit = holder_unit(&lease.holder);
             if running.contains(unit) && holders.get(unit) == Some(&lease.holder) {
                 // Led from here: settled once its leader-elected for this term committed.
-                match store.snapshot(unit).await {
-                    Ok(s) if s.elected_term == Some(lease.term) => {}
+                let elected = match store.snapshot(unit).await {
+                    Ok(s) => s.elected_term == Some(lease.term),
+                    Err(e) => {
+                        unsettled.push(format!("{app}: {unit}: {e}"));
+                        continue;
+                    }
+                };
+                if elected {
+                    continue;
+                }
+                match store.unit_details(unit).await {
+                    // In error, it waits for the operator, as its queued hooks do: idle.
+                    Ok(details) if details.hook_error.is_some() => {}
                     Ok(_) => unsettled.push(format!(
                         "{app}: {unit} leads (term {}), its leader-elected not yet run",
                         lease.term
