@@ -3712,6 +3712,58 @@ mod sqlite_only {
         std::fs::read(path).unwrap()
     }
 
+    /// A host keeps each application's list of live units, and each application bag,
+    /// between snapshots while the file's generation for it stands (schema 8): another
+    /// host's new unit, its unit marked dying and its write to an application bag show in
+    /// the next snapshot all the same.
+    #[tokio::test]
+    async fn another_hosts_changes_show_in_the_next_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        let here = SqliteStore::open(&path, "test-model").unwrap();
+        let m = deploy(&here).await;
+        let there = SqliteStore::open(&path, "test-model").unwrap();
+        let units = |snap: charm_host::model::UnitSnapshot| {
+            snap.relations[&m.web_db.id].remote_units.to_vec()
+        };
+        let before = here.snapshot("db/0").await.unwrap();
+        assert_eq!(units(before.clone()), ["web/0", "web/1", "web/2"]);
+        assert_eq!(here.snapshot("db/0").await.unwrap(), before);
+
+        assert_eq!(there.add_unit("web").await.unwrap(), "web/3");
+        let after = here.snapshot("db/0").await.unwrap();
+        assert_eq!(units(after), ["web/0", "web/1", "web/2", "web/3"]);
+
+        there.remove_unit("web/1").await.unwrap();
+        let after = here.snapshot("db/0").await.unwrap();
+        assert_eq!(units(after), ["web/0", "web/2", "web/3"]);
+        // And the other way round, on the host that made the changes.
+        let after = there.snapshot("db/0").await.unwrap();
+        assert_eq!(units(after), ["web/0", "web/2", "web/3"]);
+
+        let web_bag = |snap: charm_host::model::UnitSnapshot| {
+            (*snap.relations[&m.web_db.id].app_bags["web"]).clone()
+        };
+        assert!(web_bag(here.snapshot("db/0").await.unwrap()).is_empty());
+        let fence = hold(&there, "web", "web/0", LONG).await;
+        there
+            .commit("web/0", None, &leader_hook(&m), Some(&fence))
+            .await
+            .unwrap();
+        let bag = web_bag(here.snapshot("db/0").await.unwrap());
+        assert_eq!(bag.get("database").map(String::as_str), Some("web"));
+        // A key removed moves the generation too.
+        let mut removal = Changes::default();
+        removal
+            .app_bags
+            .insert(m.web_db.id, writes(&[("database", None)]));
+        there
+            .commit("web/0", None, &removal, Some(&fence))
+            .await
+            .unwrap();
+        assert!(web_bag(here.snapshot("db/0").await.unwrap()).is_empty());
+    }
+
     #[tokio::test]
     async fn commits_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
@@ -4012,7 +4064,7 @@ mod sqlite_only {
         assert_eq!(user_version(&path), 1);
 
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 7);
+        assert_eq!(user_version(&path), 8);
         let snap = store.snapshot("web/0").await.unwrap();
         assert_eq!(snap.stored["k"], "v", "version 1 data was lost");
         assert_eq!(
@@ -4094,7 +4146,7 @@ mod sqlite_only {
         // Reopening a current file migrates nothing and keeps the queues.
         drop(store);
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 7);
+        assert_eq!(user_version(&path), 8);
         assert_eq!(store.queued("web/0").await.unwrap(), queued[1..]);
         assert_eq!(store.queued("web/1").await.unwrap(), deployed);
     }
@@ -4113,10 +4165,20 @@ mod sqlite_only {
         assert!(!before.relations.is_empty());
         {
             // What a version 2 host left: no index, no `dying` columns and no logs (version 4),
-            // no actions (version 5), no modules (version 6), no queue index by hook (7).
+            // no actions (version 5), no modules (version 6), no queue index by hook (7),
+            // no unit generations (8).
             let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch(
-                "DROP INDEX hook_queue_by_hook;
+                "DROP TRIGGER unit_added;
+                 DROP TRIGGER unit_deleted;
+                 DROP TRIGGER unit_dying;
+                 DROP TRIGGER app_bag_key_added;
+                 DROP TRIGGER app_bag_key_changed;
+                 DROP TRIGGER app_bag_key_removed;
+                 DROP TABLE app_bag_generations;
+                 DROP TABLE generation_counter;
+                 ALTER TABLE applications DROP COLUMN units_generation;
+                 DROP INDEX hook_queue_by_hook;
                  DROP TABLE relation_apps;
                  DROP TABLE modules;
                  ALTER TABLE applications DROP COLUMN module;
@@ -4130,7 +4192,7 @@ mod sqlite_only {
             .unwrap();
         }
         let store = SqliteStore::open(&path, "test-model").unwrap();
-        assert_eq!(user_version(&path), 7);
+        assert_eq!(user_version(&path), 8);
         assert_eq!(store.snapshot("web/0").await.unwrap(), before);
         let fence = hold(&store, "web", "web/0", LONG).await;
         let committed = store

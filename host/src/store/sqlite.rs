@@ -101,7 +101,7 @@ pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 
 /// Migration `i` moves the schema from version `i` to `i + 1`. Append; never edit.
 const MIGRATIONS: &[&str] = &[
-    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7,
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7, SCHEMA_V8,
 ];
 
 /// Version 1: the model, leases and terms.
@@ -125,8 +125,45 @@ const SCHEMA_V6: &str = include_str!("schema/v6.sql");
 /// Version 7: `hook_queue_by_hook`, queued hooks by their text.
 const SCHEMA_V7: &str = include_str!("schema/v7.sql");
 
+/// Version 8: generations of each application's units and of each application bag,
+/// moved by triggers.
+const SCHEMA_V8: &str = include_str!("schema/v8.sql");
+
 /// The first bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// What a snapshot reads again and again, as last read, with the generation it was read
+/// at (schema 8): each application's live units (`applications.units_generation`) and each
+/// application bag of a relation (`app_bag_generations`). A snapshot reads the generation,
+/// one row, and reads the thing again only when it moved: a database unit related to 10,000
+/// units otherwise reads 10,000 names in every hook, and each of those units the database's
+/// 150 KiB application bag. Right whoever wrote the file: a generation moves in the same
+/// transaction as the change, by triggers, and is never given twice in the file's committed
+/// history. Only steps that changed none of it consult or fill it
+/// ([`SqliteTx::units_changed`], [`SqliteTx::app_bags_changed`]): a step's own changes may
+/// roll back.
+#[derive(Debug)]
+struct Memo<K, V>(Mutex<HashMap<K, (i64, V)>>);
+
+impl<K, V> Default for Memo<K, V> {
+    fn default() -> Self {
+        Self(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: Eq + std::hash::Hash, V: Clone> Memo<K, V> {
+    fn get(&self, key: &K, generation: i64) -> Option<V> {
+        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        memo.get(key)
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, value)| value.clone())
+    }
+
+    fn put(&self, key: K, generation: i64, value: V) {
+        let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        memo.insert(key, (generation, value));
+    }
+}
 
 /// Leases and model state in one SQLite database.
 #[derive(Debug)]
@@ -136,6 +173,8 @@ pub struct SqliteStore {
     path: Option<PathBuf>,
     conn: Mutex<Connection>,
     configs: ConfigMemo,
+    units: Memo<String, UnitNames>,
+    app_bags: Memo<(RelationId, String), SharedBag>,
     specs: EncodedSpecs,
     /// Wake-ups for agents idle on a unit's queue, by unit.
     signals: Mutex<HashMap<String, Arc<Notify>>>,
@@ -350,6 +389,8 @@ impl SqliteStore {
             path: None,
             conn: Mutex::new(conn),
             configs: ConfigMemo::default(),
+            units: Memo::default(),
+            app_bags: Memo::default(),
             specs: EncodedSpecs::default(),
             signals: Mutex::new(HashMap::new()),
             watching: OnceLock::new(),
@@ -959,6 +1000,9 @@ const UNIT_NAMES: &str = "SELECT name FROM units WHERE app = ?1 ORDER BY number"
 
 /// The units a hook's snapshot lists as remote units: those not being removed.
 const LIVE_UNITS: &str = "SELECT name FROM units WHERE app = ?1 AND NOT dying ORDER BY number";
+const UNITS_GENERATION: &str = "SELECT units_generation FROM applications WHERE name = ?1";
+const APP_BAG_GENERATION: &str =
+    "SELECT generation FROM app_bag_generations WHERE relation = ?1 AND app = ?2";
 
 fn unit_names(conn: &Connection, app: &str) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn.prepare_cached(UNIT_NAMES).db()?;
@@ -1082,6 +1126,13 @@ fn same_json(stored: &str, text: &str, value: &serde_json::Value) -> bool {
 struct SqliteTx<'c> {
     conn: &'c Connection,
     configs: &'c ConfigMemo,
+    units: &'c Memo<String, UnitNames>,
+    /// Whether this step added, removed or marked dying a unit: then its lists of live
+    /// units are its own, not yet the file's, and stay out of [`Memo`] both ways.
+    units_changed: bool,
+    app_bag_memo: &'c Memo<(RelationId, String), SharedBag>,
+    /// Whether this step wrote or removed a key of an application bag: as `units_changed`.
+    app_bags_changed: bool,
     specs: &'c EncodedSpecs,
     /// The pod spec texts [`ModelTx::pod_spec_state`] encoded, for the write that follows.
     spec_texts: Option<(String, Option<String>)>,
@@ -1221,6 +1272,7 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn set_unit_dying(&mut self, unit: &str) -> TxResult<()> {
+        self.units_changed = true;
         self.exec("UPDATE units SET dying = 1 WHERE name = ?1", [unit])?;
         Ok(())
     }
@@ -1237,6 +1289,7 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn delete_unit(&mut self, unit: &str) -> TxResult<()> {
+        self.units_changed = true;
         for sql in [
             "DELETE FROM relation_unit_bags WHERE unit = ?1",
             "DELETE FROM stored_state WHERE unit = ?1",
@@ -1250,9 +1303,11 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn delete_relation(&mut self, id: RelationId) -> TxResult<()> {
+        self.app_bags_changed = true;
         for sql in [
             "DELETE FROM relation_unit_bags WHERE relation = ?1",
             "DELETE FROM relation_app_bags WHERE relation = ?1",
+            "DELETE FROM app_bag_generations WHERE relation = ?1",
             "DELETE FROM relation_apps WHERE relation = ?1",
             "DELETE FROM relations WHERE id = ?1",
         ] {
@@ -1262,9 +1317,11 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn delete_application(&mut self, app: &str) -> TxResult<()> {
+        self.app_bags_changed = true;
         for sql in [
             "DELETE FROM leader_data WHERE app = ?1",
             "DELETE FROM relation_app_bags WHERE app = ?1",
+            "DELETE FROM app_bag_generations WHERE app = ?1",
             "DELETE FROM relation_apps WHERE app = ?1",
             "DELETE FROM pod_spec_history WHERE app = ?1",
             "DELETE FROM pod_specs WHERE app = ?1",
@@ -1317,11 +1374,30 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn live_units(&mut self, app: &str) -> TxResult<UnitNames> {
-        // One statement, not the units and then the dying ones.
-        self.conn
-            .prepare_cached(LIVE_UNITS)
-            .and_then(|mut s| s.query_map([app], |r| r.get(0))?.collect())
-            .db()
+        let read = |conn: &Connection| -> TxResult<UnitNames> {
+            // One statement, not the units and then the dying ones.
+            conn.prepare_cached(LIVE_UNITS)
+                .and_then(|mut s| s.query_map([app], |r| r.get(0))?.collect())
+                .db()
+        };
+        if self.units_changed {
+            return read(self.conn);
+        }
+        let generation: Option<i64> = self
+            .conn
+            .prepare_cached(UNITS_GENERATION)
+            .and_then(|mut s| s.query_row([app], |r| r.get(0)).optional())
+            .db()?;
+        let Some(generation) = generation else {
+            return Ok(UnitNames::default());
+        };
+        let key = app.to_string();
+        if let Some(names) = self.units.get(&key, generation) {
+            return Ok(names);
+        }
+        let names = read(self.conn)?;
+        self.units.put(key, generation, names.clone());
+        Ok(names)
     }
 
     fn next_unit_number(&mut self, app: &str) -> TxResult<Option<u32>> {
@@ -1423,12 +1499,35 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn app_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>> {
-        self.bags(
-            "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1",
-            "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1 AND app = ?2",
-            id,
-            of,
-        )
+        const ALL: &str = "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1";
+        const ONE: &str =
+            "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1 AND app = ?2";
+        if self.app_bags_changed {
+            return self.bags(ALL, ONE, id, of);
+        }
+        let mut bags = Vec::with_capacity(of.len());
+        for app in of {
+            let generation: Option<i64> = self
+                .conn
+                .prepare_cached(APP_BAG_GENERATION)
+                .and_then(|mut s| s.query_row((id, app), |r| r.get(0)).optional())
+                .db()?;
+            let Some(generation) = generation else {
+                bags.push(SharedBag::default());
+                continue;
+            };
+            let key = (id, app.to_string());
+            let bag = match self.app_bag_memo.get(&key, generation) {
+                Some(bag) => bag,
+                None => {
+                    let bag = self.bags(ALL, ONE, id, &[app])?.remove(0);
+                    self.app_bag_memo.put(key, generation, bag.clone());
+                    bag
+                }
+            };
+            bags.push(bag);
+        }
+        Ok(bags)
     }
 
     fn pod_spec_revision(&mut self, app: &str) -> TxResult<Option<u64>> {
@@ -1549,6 +1648,7 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn create_unit(&mut self, app: &str, number: u32, name: &str) -> TxResult<()> {
+        self.units_changed = true;
         self.exec(
             "INSERT INTO units (name, app, number, status, workload_version, hook_error)
              VALUES (?1, ?2, ?3, ?4, '', NULL)",
@@ -1578,7 +1678,10 @@ impl ModelTx for SqliteTx<'_> {
     fn write_bag(&mut self, owner: BagOwner<'_>, writes: &BagWrites) -> TxResult<bool> {
         match owner {
             BagOwner::Unit(id, unit) => write_bag(self.conn, &UNIT_BAGS, &[&id, &unit], writes),
-            BagOwner::App(id, app) => write_bag(self.conn, &APP_BAGS, &[&id, &app], writes),
+            BagOwner::App(id, app) => {
+                self.app_bags_changed = true;
+                write_bag(self.conn, &APP_BAGS, &[&id, &app], writes)
+            }
             BagOwner::Leader(app) => write_bag(self.conn, &LEADER_DATA, &[&app], writes),
         }
     }
@@ -1781,6 +1884,10 @@ impl SqliteStore {
         let mut step = SqliteTx {
             conn: &tx,
             configs: &self.configs,
+            units: &self.units,
+            units_changed: false,
+            app_bag_memo: &self.app_bags,
+            app_bags_changed: false,
             specs: &self.specs,
             spec_texts: None,
             queued: Vec::new(),
@@ -2018,7 +2125,12 @@ mod tests {
             }
         });
         let conn = store.lock();
-        for sql in [RELATIONS_OF, LIVE_UNITS] {
+        // The live units are read once for each application; then their generation stands
+        // and the memo answers.
+        let live_units = conn.prepare_cached(LIVE_UNITS).unwrap();
+        assert_eq!(live_units.get_status(StatementStatus::Run), 2);
+        drop(live_units);
+        for sql in [RELATIONS_OF, UNITS_GENERATION] {
             let stmt = conn.prepare_cached(sql).unwrap();
             assert_eq!(
                 stmt.get_status(StatementStatus::RePrepare),
