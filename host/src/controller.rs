@@ -848,14 +848,7 @@ impl Controller {
     /// its timer. Returns the units it was queued on (a hook already waiting is not queued
     /// twice).
     pub async fn update_status(&self) -> Vec<String> {
-        let units: Vec<String> = self
-            .shared
-            .mailboxes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .cloned()
-            .collect();
+        let units = self.running_units();
         let mut fired = Vec::new();
         for unit in units {
             // One unit at a time: one removed meanwhile does not hold up the others.
@@ -987,17 +980,21 @@ impl Controller {
             .clone()
     }
 
-    /// The applications this host runs units of whose leadership is not settled (see
-    /// [`Controller::wait_settled`]), each with why.
-    async fn unsettled_leadership(&self, sightings: &mut LeaseSightings) -> Vec<String> {
-        let running: BTreeSet<String> = self
-            .shared
+    /// The units whose agents run here (or wait to own their unit), in order.
+    fn running_units(&self) -> Vec<String> {
+        self.shared
             .mailboxes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .keys()
             .cloned()
-            .collect();
+            .collect()
+    }
+
+    /// The applications this host runs units of whose leadership is not settled (see
+    /// [`Controller::wait_settled`]), each with why.
+    async fn unsettled_leadership(&self, sightings: &mut LeaseSightings) -> Vec<String> {
+        let running: BTreeSet<String> = self.running_units().into_iter().collect();
         let holders = self
             .holders
             .lock()

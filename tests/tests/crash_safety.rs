@@ -42,6 +42,28 @@ relations:
     bundle
 }
 
+/// `charm-host run BUNDLE --until-idle` on the SQLite file `db`.
+fn run_until_idle(bundle: &Path, db: &Path) -> Command {
+    let mut run = Command::new(charm_tests::charm_host_binary());
+    run.args([
+        "run",
+        bundle.to_str().unwrap(),
+        "--until-idle",
+        "--timeout",
+        "60",
+    ])
+    .args([
+        "--format",
+        "json",
+        "--store",
+        &format!("sqlite:{}", db.display()),
+    ])
+    // A killed run's units are taken over once their leases lapse: short ones.
+    .args(["--lease-duration", "3", "--renew-interval", "0.5"])
+    .args(["--retry-period", "0.25", "--drift-margin", "1.5"]);
+    run
+}
+
 /// A tiny deterministic generator, so a failure can be replayed from its seed.
 struct Lcg(u64);
 
@@ -84,7 +106,6 @@ fn killed_at_random_moments_the_host_loses_nothing_and_applies_nothing_twice() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x5eed);
     eprintln!("CRASH_SEED={seed}");
-    let bin = charm_tests::charm_host_binary();
     let mut rng = Lcg(seed);
     let mut kills = 0;
     let mut stores = 0;
@@ -93,25 +114,11 @@ fn killed_at_random_moments_the_host_loses_nothing_and_applies_nothing_twice() {
         let dir = tempfile::tempdir().unwrap();
         let bundle = write_bundle(dir.path());
         let db = dir.path().join("model.db");
-        let store_arg = format!("sqlite:{}", db.display());
         let mut acked = Vec::new();
         // Up to ten kills on this store, then one run to the end.
         for attempt in 0..=10 {
             let log_path = dir.path().join(format!("run-{attempt}.log"));
-            let mut child = Command::new(&bin)
-                .args([
-                    "run",
-                    bundle.to_str().unwrap(),
-                    "--until-idle",
-                    "--timeout",
-                    "60",
-                    "--format",
-                    "json",
-                ])
-                .args(["--store", &store_arg])
-                // A killed run's units are taken over once their leases lapse: short ones.
-                .args(["--lease-duration", "3", "--renew-interval", "0.5"])
-                .args(["--retry-period", "0.25", "--drift-margin", "1.5"])
+            let mut child = run_until_idle(&bundle, &db)
                 .env("RUST_LOG", "charm_host::agent=debug")
                 .stdout(Stdio::piped())
                 .stderr(std::fs::File::create(&log_path).unwrap())
@@ -175,20 +182,7 @@ fn a_leader_lease_left_by_a_killed_host_is_waited_out_before_idle() {
         panic!("the empty store's lease was not granted: {held:?}")
     };
     let started = Instant::now();
-    let out = Command::new(charm_tests::charm_host_binary())
-        .args([
-            "run",
-            bundle.to_str().unwrap(),
-            "--until-idle",
-            "--timeout",
-            "60",
-        ])
-        .args(["--store", &format!("sqlite:{}", db.display())])
-        .args(["--lease-duration", "3", "--renew-interval", "0.5"])
-        .args(["--retry-period", "0.25", "--drift-margin", "1.5"])
-        .args(["--format", "json"])
-        .output()
-        .unwrap();
+    let out = run_until_idle(&bundle, &db).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
