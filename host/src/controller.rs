@@ -178,23 +178,26 @@ struct Sighting {
     left: Duration,
 }
 
+impl Sighting {
+    fn of(lease: &Lease, at: tokio::time::Instant) -> Self {
+        Sighting {
+            holder: lease.holder.clone(),
+            term: lease.term,
+            at,
+            left: lease.duration,
+        }
+    }
+}
+
 impl LeaseSightings {
     /// Whether `app`'s `lease`, seen `now`, was renewed since first seen.
     fn renewed(&mut self, app: &str, lease: &Lease, now: tokio::time::Instant) -> bool {
-        let seen = Sighting {
-            holder: lease.holder.clone(),
-            term: lease.term,
-            at: now,
-            left: lease.duration,
-        };
-        let first = self.0.entry(app.to_string()).or_insert(seen);
+        let first = self
+            .0
+            .entry(app.to_string())
+            .or_insert_with(|| Sighting::of(lease, now));
         if first.holder != lease.holder || first.term != lease.term {
-            *first = Sighting {
-                holder: lease.holder.clone(),
-                term: lease.term,
-                at: now,
-                left: lease.duration,
-            };
+            *first = Sighting::of(lease, now);
             return false;
         }
         lease.duration + now.saturating_duration_since(first.at) > first.left + RENEWAL_EVIDENCE
@@ -952,11 +955,12 @@ impl Controller {
 
     /// Waits until this host is settled: idle ([`Controller::wait_idle`]), and every
     /// application it runs units of led by a live agent that has run leader-elected for its
-    /// term (or waits in error for the operator, as a unit's other failed hooks do). A lease held by an agent that no longer runs (its host killed before it could
-    /// release it) lapses, then one of this host's units takes over and runs leader-elected:
-    /// a host run until idle waits for that, rather than stop with the application's last
-    /// hooks run by followers and no leader to act on them. A leader on another host counts
-    /// once its lease is seen renewed.
+    /// term (or waits in error for the operator, as a unit's other failed hooks do). A
+    /// lease held by an agent that no longer runs (its host killed before it could release
+    /// it) lapses, then one of this host's units takes over and runs leader-elected: a host
+    /// run until idle waits for that, rather than stop with the application's last hooks
+    /// run by followers and no leader to act on them. A leader on another host counts once
+    /// its lease is seen renewed.
     pub async fn wait_settled(&self) {
         let mut sightings = LeaseSightings::default();
         loop {
@@ -1191,13 +1195,14 @@ mod tests {
         let start = tokio::time::Instant::now();
         let at = |ms| start + Duration::from_millis(ms);
         let mut seen = LeaseSightings::default();
-        assert!(!seen.renewed("db", &lease("db/0#a.1", 4, 3000), at(0)));
-        // Running down as a lease nobody renews does, even rounded up a second (etcd).
-        assert!(!seen.renewed("db", &lease("db/0#a.1", 4, 2000), at(1000)));
+        // First seen with 2 s left, etcd's rounding down of 2.99 s.
+        assert!(!seen.renewed("db", &lease("db/0#a.1", 4, 2000), at(0)));
+        // Running down as a lease nobody renews does, the later reading rounded less.
+        assert!(!seen.renewed("db", &lease("db/0#a.1", 4, 2000), at(990)));
         assert!(!seen.renewed("db", &lease("db/0#a.1", 4, 1000), at(1000)));
-        assert!(!seen.renewed("db", &lease("db/0#a.1", 4, 100), at(2900)));
+        assert!(!seen.renewed("db", &lease("db/0#a.1", 4, 0), at(2900)));
         // Extended: more left than the first sighting allows.
-        assert!(seen.renewed("db", &lease("db/0#a.1", 4, 2900), at(2000)));
+        assert!(seen.renewed("db", &lease("db/0#a.1", 4, 2000), at(1200)));
         // Another holder, or a new term of the same: seen afresh.
         assert!(!seen.renewed("db", &lease("db/1#b.2", 5, 3000), at(2000)));
         assert!(!seen.renewed("db", &lease("db/1#b.2", 5, 3000), at(2500)));
