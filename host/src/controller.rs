@@ -1022,17 +1022,8 @@ impl Controller {
             let unit = holder_unit(&lease.holder);
             if running.contains(unit) && holders.get(unit) == Some(&lease.holder) {
                 // Led from here: settled once its leader-elected for this term committed.
-                let elected = match store.snapshot(unit).await {
-                    Ok(s) => s.elected_term == Some(lease.term),
-                    Err(e) => {
-                        unsettled.push(format!("{app}: {unit}: {e}"));
-                        continue;
-                    }
-                };
-                if elected {
-                    continue;
-                }
                 match store.unit_details(unit).await {
+                    Ok(details) if details.snapshot.elected_term == Some(lease.term) => {}
                     // In error, it waits for the operator, as its queued hooks do: idle.
                     Ok(details) if details.hook_error.is_some() => {}
                     Ok(_) => unsettled.push(format!(
