@@ -330,6 +330,31 @@ pub(crate) struct QueueEntry {
     pub(crate) hook: Hook,
 }
 
+/// Where the hook the store queued as `seq` goes in `queue`, keeping the store's order
+/// behind the head (which may be running); `None` if it is there already.
+fn place(queue: &VecDeque<QueueEntry>, seq: u64) -> Option<usize> {
+    // Hooks arrive in the store's order, so most go last: the stored hooks behind the head
+    // are in that order, and one after the last of them is after all of them. A unit with
+    // ten thousand hooks queued takes the next without reading them.
+    let last = queue.back().and_then(|p| p.seq);
+    if queue.is_empty()
+        || (last.is_some_and(|s| s < seq) && queue.front().is_some_and(|p| p.seq != Some(seq)))
+    {
+        return Some(queue.len());
+    }
+    if queue.iter().any(|p| p.seq == Some(seq)) {
+        return None;
+    }
+    Some(
+        queue
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|(_, p)| p.seq.is_some_and(|s| s > seq))
+            .map_or(queue.len(), |(i, _)| i),
+    )
+}
+
 impl From<QueuedHook> for QueueEntry {
     fn from(q: QueuedHook) -> Self {
         QueueEntry {
@@ -341,20 +366,12 @@ impl From<QueuedHook> for QueueEntry {
 
 impl UnitAgent {
     fn accept(&mut self, queued: QueuedHook) {
-        // The store coalesced already; this only drops a notice of a hook loaded from the
-        // store too. Keep the store's order behind the head, which may be running.
-        if self.queue.iter().any(|p| p.seq == Some(queued.seq)) {
-            self.shared.pending.done(1);
-            return;
+        match place(&self.queue, queued.seq) {
+            Some(at) => self.queue.insert(at, queued.into()),
+            // The store coalesced already; this only drops a notice of a hook loaded from
+            // the store too.
+            None => self.shared.pending.done(1),
         }
-        let at = self
-            .queue
-            .iter()
-            .enumerate()
-            .skip(1)
-            .find(|(_, p)| p.seq.is_some_and(|s| s > queued.seq))
-            .map_or(self.queue.len(), |(i, _)| i);
-        self.queue.insert(at, queued.into());
     }
 
     pub(crate) async fn run(mut self, tracker: LeadershipTracker) {
@@ -966,6 +983,51 @@ impl Drop for UnitAgent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where a hook goes by reading the whole queue, as before the shortcut for the usual
+    /// case.
+    fn place_by_reading(queue: &VecDeque<QueueEntry>, seq: u64) -> Option<usize> {
+        if queue.iter().any(|p| p.seq == Some(seq)) {
+            return None;
+        }
+        let after = queue.iter().enumerate().skip(1);
+        Some(
+            after
+                .clone()
+                .find(|(_, p)| p.seq.is_some_and(|s| s > seq))
+                .map_or(queue.len(), |(i, _)| i),
+        )
+    }
+
+    proptest::proptest! {
+        /// Queues built as an agent builds them (stored hooks in any order, repeats,
+        /// leader-elected slipped in, the head run): every hook lands where reading the
+        /// whole queue puts it.
+        #[test]
+        fn a_hook_lands_where_reading_the_queue_puts_it(
+            steps in proptest::collection::vec((0u64..40, 0u8..10), 0..60),
+        ) {
+            let mut queue = VecDeque::new();
+            for (seq, what) in steps {
+                match what {
+                    0 => {
+                        let at = 1.min(queue.len());
+                        queue.insert(at, QueueEntry { seq: None, hook: Hook::LeaderElected });
+                    }
+                    1 => {
+                        queue.pop_front();
+                    }
+                    _ => {
+                        let expected = place_by_reading(&queue, seq);
+                        proptest::prop_assert_eq!(place(&queue, seq), expected, "{:?}", queue);
+                        if let Some(at) = expected {
+                            queue.insert(at, QueueEntry { seq: Some(seq), hook: Hook::Install });
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn conflicting_commits_rerun_at_once_then_back_off_briefly() {

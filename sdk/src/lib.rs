@@ -87,6 +87,7 @@ mod relation;
 mod status;
 #[cfg(not(target_family = "wasm"))]
 pub mod testing;
+mod units;
 
 /// In a charm's instance, the hook arena serves allocations (see [`arena`]).
 #[cfg(all(target_family = "wasm", feature = "hook-arena"))]
@@ -121,6 +122,7 @@ pub use network::Network;
 pub use pod::{Container, ContainerPort, K8sResources, PodSpec};
 pub use relation::{DataBag, Relation};
 pub use status::Status;
+pub use units::{RemoteUnits, UnitsIter};
 
 /// A charm: its metadata and its hook handler.
 ///

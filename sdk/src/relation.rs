@@ -20,7 +20,7 @@ pub struct Relation {
     id: u32,
     name: String,
     remote_app: String,
-    remote_units: std::sync::Arc<[String]>,
+    remote_units: crate::RemoteUnits,
     local_unit: String,
     local_app: String,
 }
@@ -78,14 +78,15 @@ impl Relation {
         &self.remote_app
     }
 
-    /// The remote units that have joined, sorted (for peers: the other units).
+    /// The remote units that have joined, in unit order (for peers: the other units). One
+    /// string however many there are: read it like a slice of names.
     ///
     /// ```no_run
     /// # fn f(model: &charm_sdk::Model) -> charm_sdk::HookResult {
     /// let peers = model.relation("cluster")?.map(|r| r.remote_units().len()).unwrap_or(0);
     /// # Ok(()) }
     /// ```
-    pub fn remote_units(&self) -> &[String] {
+    pub fn remote_units(&self) -> &crate::RemoteUnits {
         &self.remote_units
     }
 

@@ -62,7 +62,7 @@ pub fn snapshot_of<T: ModelTx + ?Sized>(
         } else {
             live_units(tx, &remote.app)?
         };
-        if remote_units.iter().any(|u| u == unit) {
+        if remote_units.contains(unit) {
             // A peer relation: the other units (a new list; the application's is shared).
             remote_units = remote_units
                 .iter()

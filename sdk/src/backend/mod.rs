@@ -24,7 +24,7 @@ pub(crate) struct RelationInfo {
     pub remote_app: String,
     /// Shared: the read cache hands the same list to every `Relation` of the hook, so a
     /// 10,000-unit relation's names are not copied at each look.
-    pub remote_units: std::sync::Arc<[String]>,
+    pub remote_units: crate::RemoteUnits,
 }
 
 /// Everything the charm may ask of the host: one method per WIT function, in SDK types.
@@ -103,17 +103,13 @@ mod wit_backend {
             relations::relation_ids(name)
         }
         fn relation_get(&mut self, id: u32) -> Result<RelationInfo> {
-            // Packed: one copy of the names into the charm, not one allocation per name.
+            // Packed: one copy of the names into the charm, kept as it came.
             let r = relations::relation_get_packed(id)?;
             Ok(RelationInfo {
                 id: r.id,
                 name: r.name,
                 remote_app: r.remote_app,
-                remote_units: r
-                    .remote_units
-                    .split_terminator('\n')
-                    .map(str::to_owned)
-                    .collect(),
+                remote_units: crate::RemoteUnits::from_packed(r.remote_units),
             })
         }
         fn unit_data(&mut self, id: u32, unit: &str) -> Result<Entries> {

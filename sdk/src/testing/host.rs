@@ -390,7 +390,7 @@ impl Backend for HookBackend {
             id,
             name: r.endpoint.clone(),
             remote_app: h.remote_app_of(r),
-            remote_units: r.remote_units.keys().cloned().collect(),
+            remote_units: crate::RemoteUnits::from_names(r.remote_units.keys()),
         })
     }
 

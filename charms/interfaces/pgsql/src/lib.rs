@@ -242,7 +242,47 @@ pub(crate) fn set_if_changed(
     match (bag.get(key), value.is_empty()) {
         (None, true) => Ok(()),
         (Some(_), true) => bag.remove(key),
-        (Some(old), false) if old == value => Ok(()),
+        (Some(old), false) if same(old, value) => Ok(()),
         _ => bag.set(key, value),
+    }
+}
+
+/// Whether two strings are equal, compared eight bytes at a time. `==` calls the C
+/// library's `memcmp`, which in WebAssembly looks at one byte per step: about 22
+/// instructions a byte, 3 million for the 150 KiB `allowed-units` of 10,000 clients.
+pub(crate) fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut aw, mut bw) = (a.chunks_exact(8), b.chunks_exact(8));
+    let word = |w: &[u8]| u64::from_le_bytes(w.try_into().expect("8 bytes"));
+    (&mut aw).zip(&mut bw).all(|(x, y)| word(x) == word(y))
+        && aw
+            .remainder()
+            .iter()
+            .zip(bw.remainder())
+            .all(|(x, y)| x == y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same;
+
+    #[test]
+    fn same_finds_a_difference_at_any_byte() {
+        for len in 0..20 {
+            let a = "x".repeat(len);
+            assert!(same(&a, &a.clone()), "len {len}");
+            assert!(!same(&a, &format!("{a}y")), "len {len} against one longer");
+            for at in 0..len {
+                let mut b = a.clone().into_bytes();
+                b[at] = b'y';
+                assert!(
+                    !same(&a, std::str::from_utf8(&b).unwrap()),
+                    "len {len}, at {at}"
+                );
+            }
+        }
     }
 }

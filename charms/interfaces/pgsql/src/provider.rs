@@ -3,7 +3,7 @@
 use charm_sdk::{CustomEvent, Emit, Event, HookResult, Model, Relation};
 use serde::{Deserialize, Serialize};
 
-use crate::{ConnectionString, DatabaseRequest, InvalidData, set_if_changed};
+use crate::{ConnectionString, DatabaseRequest, InvalidData, same, set_if_changed};
 
 /// What the PostgreSQL side emits for the charm. Only the leader gets these: only it may
 /// publish.
@@ -356,10 +356,12 @@ impl Provider {
             .to_fields()
             .into_iter()
             .all(|(k, v)| published.get(k).unwrap_or_default() == v);
-        let units = relation.remote_units().join(" ");
         let current = published.get("master").is_some()
             && echoed
-            && published.get("allowed-units").unwrap_or_default() == units;
+            && same(
+                published.get("allowed-units").unwrap_or_default(),
+                &relation.remote_units().join(" "),
+            );
         if !current {
             model.emit(
                 &self.source(),

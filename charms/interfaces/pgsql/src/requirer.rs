@@ -308,7 +308,7 @@ impl Requirer {
             bags.push(relation.unit_data(unit)?);
         }
         let owners = std::iter::once(relation.remote_app().to_string())
-            .chain(relation.remote_units().iter().cloned());
+            .chain(relation.remote_units().iter().map(str::to_owned));
         let mut db = Database {
             relation: relation.id(),
             remote_app: relation.remote_app().to_string(),

@@ -177,7 +177,7 @@ impl Charm for Probe {
             }
             ("access", Event::RelationChanged(rel)) => {
                 let relation = model.relation_by_id(rel.id)?;
-                let Some(remote) = relation.remote_units().first().cloned() else {
+                let Some(remote) = relation.remote_units().first().map(str::to_owned) else {
                     return Ok(());
                 };
                 let leader = model.is_leader();
