@@ -3512,6 +3512,43 @@ mod etcd_only {
         }
     }
 
+    /// A host keeps each application's document as it last decoded it, by the key's
+    /// version: another host's new unit, its unit marked dying and its config change show
+    /// in the next snapshot all the same.
+    #[tokio::test]
+    async fn another_hosts_changes_show_in_the_next_snapshot() {
+        let server = EtcdServer::start();
+        let here = open(&server, "shared").await;
+        let m = deploy(&here).await;
+        let there = open(&server, "shared").await;
+        let units = |snap: charm_host::model::UnitSnapshot| {
+            snap.relations[&m.web_db.id].remote_units.to_vec()
+        };
+        let before = here.snapshot("db/0").await.unwrap();
+        assert_eq!(units(before.clone()), ["web/0", "web/1", "web/2"]);
+        assert_eq!(here.snapshot("db/0").await.unwrap(), before);
+
+        assert_eq!(there.add_unit("web").await.unwrap(), "web/3");
+        let after = here.snapshot("db/0").await.unwrap();
+        assert_eq!(units(after), ["web/0", "web/1", "web/2", "web/3"]);
+
+        there.remove_unit("web/1").await.unwrap();
+        let after = here.snapshot("db/0").await.unwrap();
+        assert_eq!(units(after), ["web/0", "web/2", "web/3"]);
+        let after = there.snapshot("db/0").await.unwrap();
+        assert_eq!(units(after), ["web/0", "web/2", "web/3"]);
+
+        let greeting = |snap: charm_host::model::UnitSnapshot| snap.config.get("greeting").cloned();
+        let old = greeting(here.snapshot("web/0").await.unwrap());
+        there
+            .set_config("web", texts(&[("greeting", "hey")]), vec![])
+            .await
+            .unwrap();
+        let new = greeting(here.snapshot("web/0").await.unwrap());
+        assert_ne!(new, old);
+        assert_eq!(new, Some(ConfigValue::String("hey".into())));
+    }
+
     #[tokio::test]
     async fn prefixes_keep_models_apart_and_refuse_a_mismatch() {
         let server = EtcdServer::start();
