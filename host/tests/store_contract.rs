@@ -121,6 +121,28 @@ struct Model {
     other_db: RelationRecord,
 }
 
+/// Two hosts on one store (`here` and `there`, `m` deployed): `there` adds a unit and
+/// marks one dying, and `here`'s next snapshot of `db/0` lists web's units as they are
+/// now, whatever it kept from its last read; so does `there`'s.
+async fn another_hosts_unit_changes_show(here: &dyn Store, there: &dyn Store, m: &Model) {
+    let units =
+        |snap: charm_host::model::UnitSnapshot| snap.relations[&m.web_db.id].remote_units.to_vec();
+    let before = here.snapshot("db/0").await.unwrap();
+    assert_eq!(units(before.clone()), ["web/0", "web/1", "web/2"]);
+    assert_eq!(here.snapshot("db/0").await.unwrap(), before);
+
+    assert_eq!(there.add_unit("web").await.unwrap(), "web/3");
+    let after = here.snapshot("db/0").await.unwrap();
+    assert_eq!(units(after), ["web/0", "web/1", "web/2", "web/3"]);
+
+    there.remove_unit("web/1").await.unwrap();
+    let after = here.snapshot("db/0").await.unwrap();
+    assert_eq!(units(after), ["web/0", "web/2", "web/3"]);
+    // And the other way round, on the host that made the changes.
+    let after = there.snapshot("db/0").await.unwrap();
+    assert_eq!(units(after), ["web/0", "web/2", "web/3"]);
+}
+
 async fn deploy(store: &dyn Store) -> Model {
     let web = ApplicationRecord {
         name: "web".into(),
@@ -3521,22 +3543,7 @@ mod etcd_only {
         let here = open(&server, "shared").await;
         let m = deploy(&here).await;
         let there = open(&server, "shared").await;
-        let units = |snap: charm_host::model::UnitSnapshot| {
-            snap.relations[&m.web_db.id].remote_units.to_vec()
-        };
-        let before = here.snapshot("db/0").await.unwrap();
-        assert_eq!(units(before.clone()), ["web/0", "web/1", "web/2"]);
-        assert_eq!(here.snapshot("db/0").await.unwrap(), before);
-
-        assert_eq!(there.add_unit("web").await.unwrap(), "web/3");
-        let after = here.snapshot("db/0").await.unwrap();
-        assert_eq!(units(after), ["web/0", "web/1", "web/2", "web/3"]);
-
-        there.remove_unit("web/1").await.unwrap();
-        let after = here.snapshot("db/0").await.unwrap();
-        assert_eq!(units(after), ["web/0", "web/2", "web/3"]);
-        let after = there.snapshot("db/0").await.unwrap();
-        assert_eq!(units(after), ["web/0", "web/2", "web/3"]);
+        another_hosts_unit_changes_show(&here, &there, &m).await;
 
         let greeting = |snap: charm_host::model::UnitSnapshot| snap.config.get("greeting").cloned();
         let old = greeting(here.snapshot("web/0").await.unwrap());
@@ -3760,23 +3767,7 @@ mod sqlite_only {
         let here = SqliteStore::open(&path, "test-model").unwrap();
         let m = deploy(&here).await;
         let there = SqliteStore::open(&path, "test-model").unwrap();
-        let units = |snap: charm_host::model::UnitSnapshot| {
-            snap.relations[&m.web_db.id].remote_units.to_vec()
-        };
-        let before = here.snapshot("db/0").await.unwrap();
-        assert_eq!(units(before.clone()), ["web/0", "web/1", "web/2"]);
-        assert_eq!(here.snapshot("db/0").await.unwrap(), before);
-
-        assert_eq!(there.add_unit("web").await.unwrap(), "web/3");
-        let after = here.snapshot("db/0").await.unwrap();
-        assert_eq!(units(after), ["web/0", "web/1", "web/2", "web/3"]);
-
-        there.remove_unit("web/1").await.unwrap();
-        let after = here.snapshot("db/0").await.unwrap();
-        assert_eq!(units(after), ["web/0", "web/2", "web/3"]);
-        // And the other way round, on the host that made the changes.
-        let after = there.snapshot("db/0").await.unwrap();
-        assert_eq!(units(after), ["web/0", "web/2", "web/3"]);
+        another_hosts_unit_changes_show(&here, &there, &m).await;
 
         let web_bag = |snap: charm_host::model::UnitSnapshot| {
             (*snap.relations[&m.web_db.id].app_bags["web"]).clone()
