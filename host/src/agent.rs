@@ -990,10 +990,9 @@ mod tests {
         if queue.iter().any(|p| p.seq == Some(seq)) {
             return None;
         }
-        let after = queue.iter().enumerate().skip(1);
+        let mut after_head = queue.iter().enumerate().skip(1);
         Some(
-            after
-                .clone()
+            after_head
                 .find(|(_, p)| p.seq.is_some_and(|s| s > seq))
                 .map_or(queue.len(), |(i, _)| i),
         )

@@ -172,7 +172,7 @@ impl RemoteUnits {
             return String::new();
         };
         match separator.as_bytes() {
-            // Unit names are ASCII-free of `\n`: swapping bytes in a copy keeps it UTF-8.
+            // Swapping each `\n` for another ASCII byte keeps the text UTF-8.
             [byte] if byte.is_ascii() => {
                 let mut joined = names.as_bytes().to_vec();
                 replace_newlines(&mut joined, *byte);

@@ -1115,11 +1115,6 @@ impl StateStore for EtcdStore {
     }
 }
 
-/// One optimistic step on etcd, as the model's operations read and write it. Every read is
-/// of one revision; a read the step has not fetched yet is noted as missing (and answered
-/// as absent meanwhile), and the operation runs again once it is fetched. Writes are
-/// buffered, and applied in one `Txn` only while every key and prefix the operation used
-/// is unchanged since that revision.
 /// A key's value as a step sees it.
 enum Found<'a> {
     /// What the step itself wrote.
@@ -1128,6 +1123,11 @@ enum Found<'a> {
     Fetched(&'a KeyValue),
 }
 
+/// One optimistic step on etcd, as the model's operations read and write it. Every read is
+/// of one revision; a read the step has not fetched yet is noted as missing (and answered
+/// as absent meanwhile), and the operation runs again once it is fetched. Writes are
+/// buffered, and applied in one `Txn` only while every key and prefix the operation used
+/// is unchanged since that revision.
 struct EtcdTx<'s> {
     store: &'s EtcdStore,
     revision: i64,
