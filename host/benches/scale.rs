@@ -476,7 +476,9 @@ async fn main() {
     };
     let default_stores: Vec<String> = default_stores.iter().map(|s| s.to_string()).collect();
     let stores: Vec<String> = list("SCALE_STORES", &default_stores);
-    let rounds: u64 = list("SCALE_HOPS", &[100])[0];
+    let hop_count: u64 = list("SCALE_HOPS", &[100])[0].max(1);
+    // A hop is from one value to the next: one more value than hops.
+    let rounds = hop_count + 1;
     let limit = Duration::from_secs(list("SCALE_TIMEOUT", &[600])[0]);
     println!(
         "discourse (N units) related to postgresql (1 unit), one host; {} cores",
@@ -518,7 +520,7 @@ async fn main() {
         }
     }
     println!();
-    println!("relation-changed hops between two units, {rounds} hops");
+    println!("relation-changed hops between two units, {hop_count} hops");
     println!("| store | hosts | p50 ms | p99 ms |");
     println!("|---|---|---|---|");
     for kind in &stores {
