@@ -132,12 +132,9 @@ pub trait ModelTx {
     /// the list between steps answers here, so a large application's list is shared by its
     /// snapshots rather than made again for each.
     fn live_units(&mut self, app: &str) -> TxResult<UnitNames> {
-        let mut units = self.units_of(app)?;
+        let units = self.units_of(app)?;
         let dying = self.dying_units(app)?;
-        if !dying.is_empty() {
-            units.retain(|u| !dying.contains(u));
-        }
-        Ok(units.into())
+        Ok(live_units_of(units, &dying))
     }
 
     /// The number the application's next unit takes (numbers are never reused); `None` if
@@ -315,4 +312,13 @@ pub trait ModelTx {
 
     /// Stores an action's record, replacing the one with its id.
     fn put_action(&mut self, record: &ActionRecord) -> TxResult<()>;
+}
+
+/// An application's units without those being removed: the remote units every hook's
+/// snapshot lists.
+pub fn live_units_of(mut units: Vec<String>, dying: &[String]) -> UnitNames {
+    if !dying.is_empty() {
+        units.retain(|u| !dying.contains(u));
+    }
+    units.into()
 }

@@ -208,12 +208,7 @@ struct AppDocRead {
 
 impl AppDocRead {
     fn new(version: (i64, i64, usize), doc: AppDoc) -> Self {
-        let live = doc
-            .units
-            .iter()
-            .filter(|u| !doc.dying_units.contains(u))
-            .cloned()
-            .collect();
+        let live = charm_model::tx::live_units_of(doc.units.clone(), &doc.dying_units);
         AppDocRead { version, doc, live }
     }
 }
