@@ -440,16 +440,40 @@ impl EtcdStore {
     async fn deliver(&self, key: &str) -> Result<(), StoreError> {
         let cursor_key = self.outbox_cursor_key(key);
         let mut conflicts = 0;
+        // An outbox is written once and never changed: read and decoded once, then only
+        // looked at (without its value) to see it is still there, as the same key.
+        let seen = self.read(&[Read::Key(key.to_string())], None).await?;
+        let Some(first) = seen.results.into_iter().flatten().next() else {
+            return Ok(());
+        };
+        let entries: Vec<OutboxEntry> = decode_value(key, first.value())?;
         loop {
-            let reads = [Read::Key(key.to_string()), Read::Key(cursor_key.clone())];
-            let seen = self.read(&reads, None).await?;
-            let revision = seen.revision;
-            let mut results = seen.results.into_iter();
-            let Some(outbox) = results.next().and_then(|kvs| kvs.into_iter().next()) else {
+            let txn = Txn::new().and_then([
+                TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
+                TxnOp::get(cursor_key.as_str(), None),
+            ]);
+            let resp = self
+                .client
+                .kv_client()
+                .txn(txn)
+                .await
+                .map_err(unavailable)?;
+            let revision = resp
+                .header()
+                .map(|h| h.revision())
+                .ok_or_else(|| StoreError::Unavailable("etcd: answer without a header".into()))?;
+            let mut results = resp.op_responses().into_iter().map(|r| match r {
+                TxnOpResponse::Get(mut g) => g.take_kvs().into_iter().next(),
+                _ => None,
+            });
+            let Some(outbox) = results.next().flatten() else {
                 return Ok(());
             };
-            let cursor_kv = results.next().and_then(|kvs| kvs.into_iter().next());
-            let entries: Vec<OutboxEntry> = decode_value(key, outbox.value())?;
+            if outbox.create_revision() != first.create_revision() {
+                // Delivered and deleted by another host.
+                return Ok(());
+            }
+            let cursor_kv = results.next().flatten();
             let from: usize = match &cursor_kv {
                 Some(kv) => decode_value(&cursor_key, kv.value())?,
                 None => 0,
