@@ -448,32 +448,22 @@ impl EtcdStore {
         };
         let entries: Vec<OutboxEntry> = decode_value(key, first.value())?;
         loop {
-            let txn = Txn::new().and_then([
-                TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
-                TxnOp::get(cursor_key.as_str(), None),
-            ]);
-            let resp = self
-                .client
-                .kv_client()
-                .txn(txn)
-                .await
-                .map_err(unavailable)?;
-            let revision = resp
-                .header()
-                .map(|h| h.revision())
-                .ok_or_else(|| StoreError::Unavailable("etcd: answer without a header".into()))?;
-            let mut results = resp.op_responses().into_iter().map(|r| match r {
-                TxnOpResponse::Get(mut g) => g.take_kvs().into_iter().next(),
-                _ => None,
-            });
-            let Some(outbox) = results.next().flatten() else {
+            let seen = self
+                .read_ops(vec![
+                    TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
+                    TxnOp::get(cursor_key.as_str(), None),
+                ])
+                .await?;
+            let revision = seen.revision;
+            let mut results = seen.results.into_iter();
+            let Some(outbox) = results.next().and_then(|kvs| kvs.into_iter().next()) else {
                 return Ok(());
             };
             if outbox.create_revision() != first.create_revision() {
                 // Delivered and deleted by another host.
                 return Ok(());
             }
-            let cursor_kv = results.next().flatten();
+            let cursor_kv = results.next().and_then(|kvs| kvs.into_iter().next());
             let from: usize = match &cursor_kv {
                 Some(kv) => decode_value(&cursor_key, kv.value())?,
                 None => 0,
@@ -668,6 +658,11 @@ impl EtcdStore {
                 }
             })
             .collect();
+        self.read_ops(ops).await
+    }
+
+    /// Runs the reads `ops` in one transaction: its revision, and the key-values of each.
+    async fn read_ops(&self, ops: Vec<TxnOp>) -> Result<Seen, StoreError> {
         let resp = self
             .client
             .kv_client()
