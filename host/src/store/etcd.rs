@@ -440,8 +440,8 @@ impl EtcdStore {
     async fn deliver(&self, key: &str) -> Result<(), StoreError> {
         let cursor_key = self.outbox_cursor_key(key);
         let mut conflicts = 0;
-        // An outbox is written once and never changed: read and decoded once, then only
-        // looked at (without its value) to see it is still there, as the same key.
+        // An outbox is written once, never changed, and its key (a seq) never reused: read
+        // and decoded once, then only looked at (without its value) to see it is still there.
         let seen = self.read(&[Read::Key(key.to_string())], None).await?;
         let Some(first) = seen.results.into_iter().flatten().next() else {
             return Ok(());
@@ -459,10 +459,6 @@ impl EtcdStore {
             let Some(outbox) = results.next().and_then(|kvs| kvs.into_iter().next()) else {
                 return Ok(());
             };
-            if outbox.create_revision() != first.create_revision() {
-                // Delivered and deleted by another host.
-                return Ok(());
-            }
             let cursor_kv = results.next().and_then(|kvs| kvs.into_iter().next());
             let from: usize = match &cursor_kv {
                 Some(kv) => decode_value(&cursor_key, kv.value())?,
