@@ -3556,6 +3556,64 @@ mod etcd_only {
         assert_eq!(new, Some(ConfigValue::String("hey".into())));
     }
 
+    /// Two hosts' steps that read the same revision, one queueing a hook on a unit directly
+    /// and one through an outbox (as a change firing hooks on many units does), share no
+    /// key, so both commit. Each hook reaches the unit's queue, with a seq of its own: a
+    /// seq the delivery finds already queued is taken as delivered, and a commit dequeues by
+    /// seq.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn hooks_queued_directly_and_through_an_outbox_at_one_revision_both_arrive() {
+        use charm_host::store::{Records, Step, Verdict};
+        use charm_model::tx::ModelTx;
+        use std::sync::Barrier;
+
+        let server = EtcdServer::start();
+        let a = Arc::new(open(&server, "m").await);
+        deploy(a.as_ref()).await;
+        let b = Arc::new(open(&server, "m").await);
+        let before = a.queued("web/0").await.unwrap();
+        // Both steps read before either writes, so both read the same revision.
+        let both_read = Arc::new(Barrier::new(2));
+        let queue_on_web0 = |store: Arc<EtcdStore>, hook: Hook, outbox: bool| {
+            let both_read = both_read.clone();
+            tokio::spawn(async move {
+                let reads = [Records::Unit("web/0"), Records::Queue("web/0")];
+                let mut first_run = true;
+                let mut op = |tx: &mut dyn ModelTx| {
+                    if std::mem::take(&mut first_run) {
+                        // Off the runtime's worker, whose other tasks move elsewhere.
+                        tokio::task::block_in_place(|| both_read.wait());
+                    }
+                    if outbox {
+                        assert!(tx.defers_queueing(100).unwrap());
+                    }
+                    tx.enqueue("web/0", &hook).unwrap();
+                    Verdict::Apply
+                };
+                let step = Step::write("queue", "queueing on", "web/0", &reads);
+                store.step(step, &mut op).await
+            })
+        };
+        let direct = queue_on_web0(a.clone(), Hook::UpgradeCharm, false);
+        let through_outbox = queue_on_web0(b.clone(), Hook::LeaderSettingsChanged, true);
+        direct.await.unwrap().unwrap();
+        through_outbox.await.unwrap().unwrap();
+
+        let after = a.queued("web/0").await.unwrap();
+        let added: Vec<&QueuedHook> = after.iter().filter(|q| !before.contains(q)).collect();
+        let mut hooks: Vec<&Hook> = added.iter().map(|q| &q.hook).collect();
+        hooks.sort_by_key(|h| h.name());
+        assert_eq!(
+            hooks,
+            [&Hook::LeaderSettingsChanged, &Hook::UpgradeCharm],
+            "{after:?}"
+        );
+        let mut seqs: Vec<u64> = after.iter().map(|q| q.seq).collect();
+        seqs.sort();
+        seqs.dedup();
+        assert_eq!(seqs.len(), after.len(), "seqs shared: {after:?}");
+    }
+
     #[tokio::test]
     async fn prefixes_keep_models_apart_and_refuse_a_mismatch() {
         let server = EtcdServer::start();

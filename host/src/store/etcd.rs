@@ -26,7 +26,8 @@
 //!
 //! Each unit's queue is one key, `queues/<unit>`, so a change to it is one compare and one
 //! put. A hook's `seq` is made from the etcd revision the change read at, so seqs grow
-//! across the model and are never reused. Every host watches `queues/`: a hook queued by
+//! across the model and are never reused (hooks put in an outbox, below, take theirs from
+//! another half of the revision's, see [`OUTBOX_INDEX`]). Every host watches `queues/`: a hook queued by
 //! another host (relation-changed after a remote unit wrote its bag, leader-settings-changed
 //! after a new leader wrote its settings) wakes the unit's agent at once.
 //!
@@ -101,6 +102,12 @@ const MAX_ATTEMPTS: u32 = 64;
 pub const MODULE_CHUNK: usize = 512 * 1024;
 /// Bits of a seq below the revision: the index of a hook among those one change queues.
 const SEQ_INDEX_BITS: u32 = 20;
+/// Set in the index of a hook a change puts in an outbox. Two changes that read one
+/// revision can both commit when they share no key, as one queueing on a unit directly and
+/// one sending it a hook through an outbox do: their seqs must differ all the same, for a
+/// delivery takes a seq already queued as delivered, and a commit dequeues by seq. (Two
+/// direct ones share the queue's key; two outboxes share their key, [`EtcdTx::seal`].)
+const OUTBOX_INDEX: usize = 1 << (SEQ_INDEX_BITS - 1);
 /// A change queuing hooks on more units than this writes an outbox instead (each direct
 /// queue is a put and up to two compares, against etcd's default limit of 128 each).
 pub const DIRECT_QUEUES: usize = 24;
@@ -426,8 +433,8 @@ impl EtcdStore {
     fn pod_spec_key(&self, app: &str) -> String {
         self.key(format_args!("pod-specs/{app}"))
     }
-    fn outbox_key(&self, first_seq: u64) -> String {
-        self.key(format_args!("outbox/{first_seq:020}"))
+    fn outbox_key(&self, seq: u64) -> String {
+        self.key(format_args!("outbox/{seq:020}"))
     }
     fn outbox_cursor_key(&self, outbox: &str) -> String {
         let id = outbox.rsplit('/').next().unwrap_or_default();
@@ -1186,10 +1193,12 @@ impl<'s> EtcdTx<'s> {
         }
     }
 
-    /// Writes the outbox of the hooks deferred, if any: one key, created by this step.
+    /// Writes the outbox of the hooks deferred, if any: one key, created by this step. The
+    /// key is the revision the step read, so of two steps that read one revision only one
+    /// writes an outbox (the other runs again), and their deferred seqs cannot meet.
     fn seal(&mut self) {
-        if let Some(first) = self.deferred.first() {
-            let key = self.store.outbox_key(first.seq);
+        if !self.deferred.is_empty() {
+            let key = self.store.outbox_key(seq_at(self.revision, OUTBOX_INDEX));
             let value = encode(&self.deferred);
             self.created.insert(key.clone());
             self.writes.insert(key.clone(), Some(value));
@@ -1872,8 +1881,9 @@ impl ModelTx for EtcdTx<'_> {
     }
 
     fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64> {
-        let seq = seq_at(self.revision, self.queued);
+        assert!(self.queued < OUTBOX_INDEX, "too many hooks in one change");
         if self.defer {
+            let seq = seq_at(self.revision, OUTBOX_INDEX | self.queued);
             self.queued += 1;
             self.deferred.push(OutboxEntry {
                 unit: unit.to_string(),
@@ -1882,6 +1892,7 @@ impl ModelTx for EtcdTx<'_> {
             });
             return Ok(seq);
         }
+        let seq = seq_at(self.revision, self.queued);
         let mut queue = self.queue(unit)?;
         self.queued += 1;
         queue.push(QueueEntry {
