@@ -126,6 +126,7 @@ impl EtcdProcess {
             request_timeout: Duration::from_secs(2),
             tls: None,
             auth: None,
+            compaction: None,
         };
         let began = Instant::now();
         loop {

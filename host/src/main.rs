@@ -268,6 +268,12 @@ enum Command {
         /// or `PORT` alone for 127.0.0.1. Off by default.
         #[arg(long, value_name = "ADDR")]
         metrics_addr: Option<String>,
+        /// With an etcd store: seconds between compactions of etcd's history, which keep
+        /// about that much of it (the model's hosts take turns). 0: never, for an etcd
+        /// that compacts itself (--auto-compaction-retention); an etcd that never compacts
+        /// fills its quota and then refuses every write.
+        #[arg(long, default_value_t = charm_host::store::COMPACTION_INTERVAL.as_secs_f64())]
+        etcd_compaction_interval: f64,
     },
 }
 
@@ -383,6 +389,7 @@ fn main() -> Result<()> {
             hook_timeout,
             hook_memory,
             metrics_addr,
+            etcd_compaction_interval,
         } => {
             let leadership = LeadershipConfig {
                 lease_duration: seconds("lease-duration", lease_duration)?,
@@ -392,6 +399,9 @@ fn main() -> Result<()> {
                 request_timeout: seconds("retry-period", retry_period)?,
             };
             leadership.validate()?;
+            let mut store = store;
+            let compaction = seconds("etcd-compaction-interval", etcd_compaction_interval)?;
+            store.etcd_compaction = Some(compaction).filter(|every| !every.is_zero());
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(run(
                 bundle,

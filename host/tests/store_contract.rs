@@ -3614,6 +3614,70 @@ mod etcd_only {
         assert_eq!(seqs.len(), after.len(), "seqs shared: {after:?}");
     }
 
+    /// Hosts running a model compact etcd's history (etcd's defaults never do, and its
+    /// quota fills), taking turns: one compaction a turn between them, each to the revision
+    /// seen a turn before. The model and its recent history stay whole.
+    #[tokio::test]
+    async fn hosts_compact_etcds_history_taking_turns() {
+        use etcd_client::{Client, GetOptions};
+
+        let server = EtcdServer::start();
+        let every = Duration::from_secs(2);
+        let mut config = EtcdConfig::parse(&server.store_spec("m")).unwrap();
+        config.compaction = Some(every);
+        let a = EtcdStore::connect(config.clone(), "test-model")
+            .await
+            .unwrap();
+        let m = deploy(&a).await;
+        let b = EtcdStore::connect(config, "test-model").await.unwrap();
+        let started = std::time::Instant::now();
+        let mut client = Client::connect([server.endpoint()], None).await.unwrap();
+        let at = |revision: i64| Some(GetOptions::new().with_revision(revision));
+        // Compacted once a turn has passed since a host first looked.
+        let compacted = loop {
+            match client.get("m/meta", at(1)).await {
+                Err(e) => break e.to_string(),
+                Ok(_) => {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(30),
+                        "never compacted"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        assert!(compacted.contains("compacted"), "{compacted}");
+        // Two hosts, one turn every 2 s between them: not one each.
+        tokio::time::sleep(
+            (started + Duration::from_secs(9)).saturating_duration_since(std::time::Instant::now()),
+        )
+        .await;
+        let turns = client.get("m/compaction", None).await.unwrap().kvs()[0].version();
+        let elapsed = started.elapsed().as_secs() as i64;
+        assert!(
+            (2..=elapsed / 2 + 1).contains(&turns),
+            "{turns} turns in {elapsed} s"
+        );
+        // The model is whole, and either host commits on it.
+        let fence = hold(&b, "web", "web/0", LONG).await;
+        b.commit("web/0", None, &leader_hook(&m), Some(&fence))
+            .await
+            .unwrap();
+        assert_eq!(a.pod_spec("web").await.unwrap().unwrap().revision, 1);
+        assert!(
+            a.snapshot("web/0")
+                .await
+                .unwrap()
+                .stored
+                .contains_key("installed")
+        );
+        // The last turn's history stays: a read at the revision just written is answered.
+        let now = client.get("m/meta", None).await.unwrap();
+        let now = now.header().unwrap().revision();
+        let recent = client.get("m/meta", at(now)).await;
+        assert!(recent.is_ok(), "{recent:?}");
+    }
+
     #[tokio::test]
     async fn prefixes_keep_models_apart_and_refuse_a_mismatch() {
         let server = EtcdServer::start();

@@ -20,11 +20,31 @@ use charm_tests::etcd_server::EtcdServer;
 /// Each test runs nine processes; one test at a time keeps the two cores' scheduling fair.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// How many compaction turns the hosts of the model under `prefix` took, and what etcd
+/// answers a read at its first revision.
+fn compaction_of(etcd: &EtcdServer, prefix: &str) -> (i64, String) {
+    use etcd_client::{Client, GetOptions};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut client = Client::connect([etcd.endpoint()], None).await.unwrap();
+        let turn = client
+            .get(format!("{prefix}/compaction"), None)
+            .await
+            .unwrap();
+        let turns = turn.kvs().first().map_or(0, |kv| kv.version());
+        let first = Some(GetOptions::new().with_revision(1));
+        let oldest = client.get(format!("{prefix}/meta"), first).await;
+        (turns, format!("{oldest:?}"))
+    })
+}
+
 #[test]
 fn three_hosts_one_leader_each_and_failover_after_kill() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let etcd = EtcdServer::start();
     let mut model = Model::new(etcd.store_spec("models/test"));
+    // The hosts compact etcd's history every second, through the kills and restarts.
+    model.host_args(&["--etcd-compaction-interval", "1"]);
     model.start_all();
     model.wait_settled(Duration::from_secs(90));
     for app in ["discourse", "postgresql"] {
@@ -79,6 +99,10 @@ fn three_hosts_one_leader_each_and_failover_after_kill() {
         discourse_terms > KILLS,
         "every failover's leader committed under its own term: {by_term:?}"
     );
+
+    let (turns, oldest) = compaction_of(&etcd, "models/test");
+    assert!(turns >= 10, "{turns} compaction turns");
+    assert!(oldest.contains("compacted"), "the first revision: {oldest}");
 
     failovers.sort();
     eprintln!(

@@ -48,6 +48,9 @@ pub struct StoreArgs {
     /// A file whose first line is the etcd user's password.
     #[arg(long, env = "CHARM_HOST_ETCD_PASSWORD_FILE", value_name = "FILE")]
     pub etcd_password_file: Option<PathBuf>,
+    /// How often to compact etcd's history; set by `run`, the one command that lives on.
+    #[arg(skip)]
+    pub etcd_compaction: Option<Duration>,
 }
 
 impl StoreArgs {
@@ -157,6 +160,7 @@ impl StoreArgs {
         config.request_timeout = request_timeout;
         config.tls = self.etcd_tls()?;
         config.auth = self.etcd_auth()?;
+        config.compaction = self.etcd_compaction;
         let store = charm_host::store::EtcdStore::connect(config, "default")
             .await
             .with_context(|| format!("--store {spec}"))?;

@@ -118,6 +118,7 @@ pub const DELIVERY_UNITS: usize = 40;
 pub const OUTBOX_SWEEP: Duration = Duration::from_secs(1);
 
 mod access;
+mod compaction;
 mod members;
 
 pub use access::{EtcdAuth, EtcdIdentity, EtcdTls};
@@ -137,6 +138,10 @@ pub struct EtcdConfig {
     pub tls: Option<EtcdTls>,
     /// The etcd user this host acts as, if etcd has authentication enabled.
     pub auth: Option<EtcdAuth>,
+    /// How often the history is compacted (see [`COMPACTION_INTERVAL`](super::COMPACTION_INTERVAL)); `None`, as
+    /// [`parse`](Self::parse) gives, leaves it to etcd or to another host. A host running
+    /// a model compacts; a command that only looks or changes the model once does not.
+    pub compaction: Option<Duration>,
 }
 
 impl EtcdConfig {
@@ -177,6 +182,7 @@ impl EtcdConfig {
             request_timeout: Duration::from_secs(1),
             tls: None,
             auth: None,
+            compaction: None,
         })
     }
 }
@@ -278,6 +284,8 @@ pub struct EtcdStore {
     app_docs: Mutex<HashMap<String, Arc<AppDocRead>>>,
     /// Keeps members that do not answer out of the client's choice, while the store lives.
     _members: Option<members::MemberProbe>,
+    /// Compacts etcd's history while the store lives, if its config asks.
+    _compactor: Option<compaction::Compactor>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -349,7 +357,7 @@ impl EtcdStore {
             Err(e) => return Err(access::explain(e, &config).await),
         };
         let members = members::probe_members(client.clone(), &config);
-        let store = EtcdStore {
+        let mut store = EtcdStore {
             model: model.to_string(),
             prefix: format!("{}/", config.prefix),
             client,
@@ -362,8 +370,12 @@ impl EtcdStore {
             watching_leases: OnceLock::new(),
             app_docs: Mutex::new(HashMap::new()),
             _members: members,
+            _compactor: None,
         };
         store.open_model().await?;
+        store._compactor = store.config.compaction.map(|every| {
+            compaction::compact_history(store.client.clone(), store.key("compaction"), every)
+        });
         Ok(store)
     }
 

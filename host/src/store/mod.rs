@@ -29,6 +29,12 @@ pub use state::{
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
+
+/// How often a host running a model on etcd compacts etcd's history, keeping about this
+/// much of it (Kubernetes' API server's default): etcd's defaults never compact, and a busy
+/// model fills etcd's 2 GiB quota, after which etcd refuses every write.
+pub const COMPACTION_INTERVAL: Duration = Duration::from_secs(300);
 
 /// A boxed future, so the store traits can be used as trait objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
