@@ -378,7 +378,7 @@ fn main() -> Result<()> {
             until_idle,
             timeout,
             format,
-            store,
+            mut store,
             units,
             lease_duration,
             renew_interval,
@@ -399,7 +399,6 @@ fn main() -> Result<()> {
                 request_timeout: seconds("retry-period", retry_period)?,
             };
             leadership.validate()?;
-            let mut store = store;
             let compaction = seconds("etcd-compaction-interval", etcd_compaction_interval)?;
             store.etcd_compaction = Some(compaction).filter(|every| !every.is_zero());
             let runtime = tokio::runtime::Runtime::new()?;

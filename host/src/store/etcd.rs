@@ -27,9 +27,10 @@
 //! Each unit's queue is one key, `queues/<unit>`, so a change to it is one compare and one
 //! put. A hook's `seq` is made from the etcd revision the change read at, so seqs grow
 //! across the model and are never reused (hooks put in an outbox, below, take theirs from
-//! another half of the revision's, see [`OUTBOX_INDEX`]). Every host watches `queues/`: a hook queued by
-//! another host (relation-changed after a remote unit wrote its bag, leader-settings-changed
-//! after a new leader wrote its settings) wakes the unit's agent at once.
+//! another half of the revision's, see [`OUTBOX_INDEX`]). Every host watches `queues/`: a
+//! hook queued by another host (relation-changed after a remote unit wrote its bag,
+//! leader-settings-changed after a new leader wrote its settings) wakes the unit's agent at
+//! once.
 //!
 //! # Actions
 //!
@@ -138,9 +139,10 @@ pub struct EtcdConfig {
     pub tls: Option<EtcdTls>,
     /// The etcd user this host acts as, if etcd has authentication enabled.
     pub auth: Option<EtcdAuth>,
-    /// How often the history is compacted (see [`COMPACTION_INTERVAL`](super::COMPACTION_INTERVAL)); `None`, as
-    /// [`parse`](Self::parse) gives, leaves it to etcd or to another host. A host running
-    /// a model compacts; a command that only looks or changes the model once does not.
+    /// How often the history is compacted (see
+    /// [`COMPACTION_INTERVAL`](super::COMPACTION_INTERVAL)); `None`, as [`parse`](Self::parse)
+    /// gives, leaves it to etcd or to another host. A host running a model compacts; a
+    /// command that only looks at or changes the model once does not.
     pub compaction: Option<Duration>,
 }
 
