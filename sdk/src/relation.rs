@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::rc::Rc;
 
-use crate::backend::{self, Entries, RelationInfo};
+use crate::backend::{self, BagRead, Deferred, Entries, RelationInfo};
 use crate::error::Result;
 
 /// A relation as this unit sees it.
@@ -101,12 +101,8 @@ impl Relation {
     /// # Ok(()) }
     /// ```
     pub fn unit_data(&self, unit: &str) -> Result<DataBag> {
-        let entries = backend::with(|b| b.unit_data(self.id, unit))?;
-        Ok(DataBag::new(
-            self.id,
-            Owner::Unit(unit.to_string()),
-            entries,
-        ))
+        let read = backend::with(|b| b.unit_data(self.id, unit))?;
+        Ok(DataBag::new(self.id, Owner::Unit(unit.to_string()), read))
     }
 
     /// An application's bag: this application's (leader only, except on a peer relation,
@@ -119,8 +115,8 @@ impl Relation {
     /// # Ok(()) }
     /// ```
     pub fn app_data(&self, app: &str) -> Result<DataBag> {
-        let entries = backend::with(|b| b.app_data(self.id, app))?;
-        Ok(DataBag::new(self.id, Owner::App(app.to_string()), entries))
+        let read = backend::with(|b| b.app_data(self.id, app))?;
+        Ok(DataBag::new(self.id, Owner::App(app.to_string()), read))
     }
 
     /// This unit's own bag, which it alone writes.
@@ -169,7 +165,9 @@ impl Relation {
 /// One data bag of a relation: a unit's or an application's key/value settings.
 ///
 /// Reads come from the hook's snapshot plus its own writes; `set` and `remove` are checked
-/// by the host against Juju's access rules and buffered until the hook commits.
+/// by the host against Juju's access rules and buffered until the hook commits. A value
+/// longer than 4 KiB is copied into the charm only when the charm asks for it (by its key,
+/// or for every entry): reading a bag's short keys costs nothing for its long ones.
 ///
 /// Like every bag of the SDK ([`LeaderData`](crate::LeaderData),
 /// [`StoredState`](crate::StoredState)), it is written through a shared reference: `set`
@@ -208,16 +206,19 @@ pub struct DataBag {
     superseded: RefCell<Vec<Entries>>,
     /// Whether a reference into the current version of `entries` has been handed out.
     lent: Cell<bool>,
+    /// The keys whose values the host left out for their length, not asked for yet.
+    deferred: RefCell<Deferred>,
 }
 
 impl DataBag {
-    fn new(relation: u32, owner: Owner, entries: Entries) -> Self {
+    fn new(relation: u32, owner: Owner, read: BagRead) -> Self {
         DataBag {
             relation,
             owner,
-            entries: RefCell::new(entries),
+            entries: RefCell::new(read.entries),
             superseded: RefCell::new(Vec::new()),
             lent: Cell::new(false),
+            deferred: RefCell::new(read.deferred),
         }
     }
 
@@ -229,6 +230,9 @@ impl DataBag {
     /// # }
     /// ```
     pub fn get(&self, key: &str) -> Option<&str> {
+        if self.deferred.borrow().contains(key) {
+            self.fetch(key);
+        }
         // A miss hands nothing out, so a `set` after it writes in place (no copy).
         if !self.entries.borrow().contains_key(key) {
             return None;
@@ -244,6 +248,10 @@ impl DataBag {
     /// # }
     /// ```
     pub fn entries(&self) -> &BTreeMap<String, String> {
+        let deferred: Vec<String> = self.deferred.borrow().iter().cloned().collect();
+        for key in deferred {
+            self.fetch(&key);
+        }
         self.lend()
     }
 
@@ -258,6 +266,7 @@ impl DataBag {
     /// ```
     pub fn set(&self, key: &str, value: &str) -> Result<()> {
         self.write(key, Some(value))?;
+        self.undefer(key);
         self.edit(|entries| {
             entries.insert(key.to_string(), value.to_string());
         });
@@ -273,10 +282,40 @@ impl DataBag {
     /// ```
     pub fn remove(&self, key: &str) -> Result<()> {
         self.write(key, None)?;
+        self.undefer(key);
         self.edit(|entries| {
             entries.remove(key);
         });
         Ok(())
+    }
+
+    /// Asks the host for the value of `key`, one the bag's read left out for its length,
+    /// and keeps it.
+    ///
+    /// # Panics
+    ///
+    /// If the host refuses it: it gave this bag in the same hook, whose snapshot does not
+    /// change, so it cannot, but a charm must not read on as if the key were missing.
+    fn fetch(&self, key: &str) {
+        let value = backend::with(|b| match &self.owner {
+            Owner::Unit(unit) => b.unit_data_value(self.relation, unit, key),
+            Owner::App(app) => b.app_data_value(self.relation, app, key),
+        })
+        .unwrap_or_else(|e| panic!("the host refused the value of `{key}` in a bag it gave: {e}"));
+        self.undefer(key);
+        if let Some(value) = value {
+            self.edit(|entries| {
+                entries.insert(key.to_string(), value);
+            });
+        }
+    }
+
+    /// `key`'s value is in `entries` (or, removed, nowhere): not to be asked for.
+    fn undefer(&self, key: &str) {
+        let mut deferred = self.deferred.borrow_mut();
+        if deferred.contains(key) {
+            Rc::make_mut(&mut deferred).remove(key);
+        }
     }
 
     /// The current version of the entries, for a reference that lives as long as `&self`.
@@ -321,7 +360,10 @@ impl Clone for DataBag {
         DataBag::new(
             self.relation,
             self.owner.clone(),
-            Rc::clone(&self.entries.borrow()),
+            BagRead {
+                entries: Rc::clone(&self.entries.borrow()),
+                deferred: Rc::clone(&self.deferred.borrow()),
+            },
         )
     }
 }
@@ -330,7 +372,7 @@ impl PartialEq for DataBag {
     fn eq(&self, other: &Self) -> bool {
         self.relation == other.relation
             && self.owner == other.owner
-            && **self.entries.borrow() == **other.entries.borrow()
+            && self.entries() == other.entries()
     }
 }
 
@@ -342,6 +384,7 @@ impl fmt::Debug for DataBag {
             .field("relation", &self.relation)
             .field("owner", &self.owner)
             .field("entries", &**self.entries.borrow())
+            .field("deferred", &**self.deferred.borrow())
             .finish()
     }
 }
@@ -357,7 +400,11 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        DataBag::new(1, Owner::Unit("app/0".into()), Rc::new(entries))
+        let read = BagRead {
+            entries: Rc::new(entries),
+            ..BagRead::default()
+        };
+        DataBag::new(1, Owner::Unit("app/0".into()), read)
     }
 
     fn set(bag: &DataBag, key: &str, value: &str) {
@@ -447,5 +494,64 @@ mod tests {
         assert_eq!(written.get("a").map(String::as_str), Some("2"));
         assert_eq!(written.get("b"), None);
         assert_eq!(written.get("c").map(String::as_str), Some("3"));
+    }
+
+    /// Reads of bags holding values longer than the host sends with a bag's read.
+    struct LongValues;
+    impl Charm for LongValues {
+        fn metadata() -> Metadata {
+            Metadata::new("long-values").requires("db", "pgsql")
+        }
+        fn handle(model: &Model, _: Event) -> HookResult {
+            let db = model.relation("db")?.expect("related");
+            let theirs = db.remote_app_data()?;
+            let left_out = |bag: &DataBag| format!("{:?}", bag.deferred.borrow());
+            assert_eq!(left_out(&theirs), r#"{"allowed-units", "standbys"}"#);
+            assert_eq!(theirs.get("master"), Some("host=db-0"));
+            assert_eq!(theirs.get("missing"), None);
+            let units = theirs.get("allowed-units").expect("asked for");
+            assert_eq!(units, long('u'));
+            assert_eq!(left_out(&theirs), r#"{"standbys"}"#);
+            assert_eq!(theirs.entries().len(), 3);
+            assert_eq!(theirs.entries()["standbys"], long('s'));
+            assert_eq!(left_out(&theirs), "{}");
+            assert_eq!(units, long('u'), "what was lent stays");
+            assert_eq!(theirs, db.remote_app_data()?);
+
+            let mine = db.local_unit_data()?;
+            mine.set("cert", "short")?;
+            mine.remove("key")?;
+            assert_eq!(left_out(&mine), "{}");
+            assert_eq!(mine.get("cert"), Some("short"));
+            assert_eq!(mine.get("key"), None);
+            let again = db.local_unit_data()?;
+            assert_eq!(again.entries(), mine.entries());
+            assert_eq!(again.entries().len(), 1);
+            Ok(())
+        }
+    }
+
+    fn long(c: char) -> String {
+        c.to_string().repeat(backend::INLINE_MAX as usize + 1)
+    }
+
+    #[test]
+    fn long_values_are_read_when_asked_for_and_written_like_any() {
+        let db = TestRelation::new(1, "db", "postgresql")
+            .remote_app_data([
+                ("master", "host=db-0".to_string()),
+                ("allowed-units", long('u')),
+                ("standbys", long('s')),
+            ])
+            .local_unit_data([("cert", long('c')), ("key", long('k'))]);
+        let out = Context::<LongValues>::new().run(Event::Start, State::default().relation(db));
+        assert!(out.committed(), "{:?}", out.outcome);
+        let written = &out.state.relations[0].local_unit_data;
+        assert_eq!(written.get("cert").map(String::as_str), Some("short"));
+        assert_eq!(written.get("key"), None);
+        assert_eq!(
+            out.state.relations[0].remote_app_data["allowed-units"],
+            long('u')
+        );
     }
 }

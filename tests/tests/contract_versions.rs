@@ -1,7 +1,7 @@
 //! Contract versions: the host runs charms built against every version it supports (the
-//! frozen `juju:charm@0.1.0`, `0.2.0` and `0.2.1`, and the current 0.2.2) through the same model
-//! rules, and
-//! refuses a component of any other version naming the versions it runs.
+//! frozen `juju:charm@0.1.0`, `0.2.0`, `0.2.1` and `0.2.2`, and the current 0.2.3) through the
+//! same model rules, and refuses a component of any other version naming the versions it
+//! runs.
 
 use std::path::Path;
 
@@ -75,7 +75,7 @@ fn a_charm_built_against_0_1_0_runs_its_hooks_under_the_current_rules() {
 #[test]
 fn a_charm_of_the_current_contract_declares_typed_action_parameters() {
     let charm = runtime().load_file(Path::new(guests::KV)).unwrap();
-    assert_eq!(charm.contract_version(), ContractVersion::V0_2_2);
+    assert_eq!(charm.contract_version(), ContractVersion::V0_2_3);
     let put = charm
         .metadata()
         .actions
@@ -106,8 +106,11 @@ fn a_component_of_an_unknown_contract_version_is_refused_naming_the_versions_run
     assert!(matches!(err, LoadError::WrongWorld { .. }), "{text}");
     assert!(text.contains("`juju:charm/log@9.9.9`"), "{text}");
     assert!(text.contains("\"9.9.9\""), "{text}");
-    assert!(text.contains("0.1.0, 0.2.0, 0.2.1, 0.2.2"), "{text}");
-    assert_eq!(SUPPORTED_VERSIONS, ["0.1.0", "0.2.0", "0.2.1", "0.2.2"]);
+    assert!(text.contains("0.1.0, 0.2.0, 0.2.1, 0.2.2, 0.2.3"), "{text}");
+    assert_eq!(
+        SUPPORTED_VERSIONS,
+        ["0.1.0", "0.2.0", "0.2.1", "0.2.2", "0.2.3"]
+    );
 }
 
 #[test]
@@ -119,7 +122,7 @@ fn a_component_of_neither_world_is_refused_naming_the_versions_run() {
     let text = err.to_string();
     assert!(
         text.contains(
-            "not a charm of world `juju:charm/charm` at a version this host runs (0.1.0, 0.2.0, 0.2.1, 0.2.2)"
+            "not a charm of world `juju:charm/charm` at a version this host runs (0.1.0, 0.2.0, 0.2.1, 0.2.2, 0.2.3)"
         ),
         "{text}"
     );
@@ -155,7 +158,7 @@ fn inspect_shows_the_contract_version_and_the_action_parameters() {
     };
     let (ok, kv, stderr) = inspect(guests::KV);
     assert!(ok, "{stderr}");
-    assert!(kv.contains("Contract  juju:charm@0.2.2"), "{kv}");
+    assert!(kv.contains("Contract  juju:charm@0.2.3"), "{kv}");
     let rows: Vec<Vec<&str>> = kv
         .lines()
         .skip_while(|l| !l.starts_with("Action  Parameter"))
@@ -180,7 +183,7 @@ fn inspect_shows_the_contract_version_and_the_action_parameters() {
     let (ok, _, stderr) = inspect(guests::CONTRACT_UNKNOWN);
     assert!(!ok, "a 9.9.9 component was inspected");
     assert!(
-        stderr.contains("at a version this host runs (0.1.0, 0.2.0, 0.2.1, 0.2.2)")
+        stderr.contains("at a version this host runs (0.1.0, 0.2.0, 0.2.1, 0.2.2, 0.2.3)")
             && stderr.contains("contract version \"9.9.9\" is not one this host runs"),
         "{stderr}"
     );
@@ -189,7 +192,7 @@ fn inspect_shows_the_contract_version_and_the_action_parameters() {
 #[test]
 fn a_charm_built_against_0_2_0_links_to_the_current_imports_and_runs() {
     // The empty guest is built straight on the 0.2.0 bindings: it instantiates only if each
-    // of its `@0.2.0` imports links to the host's `@0.2.2` one.
+    // of its `@0.2.0` imports links to the host's `@0.2.3` one.
     let charm = runtime().load_file(Path::new(guests::EMPTY)).unwrap();
     assert_eq!(charm.contract_version(), ContractVersion::V0_2);
     let ctx = WasmContext::new(&runtime(), guests::EMPTY).expect("the guest loads");
@@ -200,7 +203,8 @@ fn a_charm_built_against_0_2_0_links_to_the_current_imports_and_runs() {
 #[test]
 fn a_charm_built_against_0_2_1_gets_a_relations_units_as_a_list() {
     // Built straight on the 0.2.1 bindings: `relation-get` hands it the names one by one,
-    // as before 0.2.2 packed them; and `network-get`, 0.2.1's addition, still answers.
+    // as before 0.2.2 packed them; `app-data` hands it a bag whole, long values too, as
+    // before 0.2.3 left them out; and `network-get`, 0.2.1's addition, still answers.
     let charm = runtime()
         .load_file(Path::new(guests::CONTRACT_V0_2_1))
         .unwrap();
@@ -211,12 +215,14 @@ fn a_charm_built_against_0_2_1_gets_a_relations_units_as_a_list() {
     let db = Relation::new(7, "db", "pg")
         .remote_unit("pg/10", [("k", "v")])
         .remote_unit("pg/0", NO_DATA)
-        .remote_unit("pg/2", NO_DATA);
+        .remote_unit("pg/2", NO_DATA)
+        .remote_app_data([("allowed-units", "u".repeat(5000)), ("master", "m".into())]);
     let changed = db.changed(Some("pg/2"));
     let out = ctx.run(changed, State::default().relation(db));
     assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
     let bag = &out.state.relation_by_id(7).unwrap().local_unit_data;
     assert_eq!(bag["units"], "pg/0,pg/10,pg/2");
+    assert_eq!(bag["app-data"], "allowed-units:5000,master:1");
     assert_eq!(
         bag["address"],
         "contract-v0-2-1-0.contract-v0-2-1-endpoints.test.svc.cluster.local"
@@ -250,6 +256,39 @@ fn a_charm_of_the_current_contract_gets_the_same_units_packed() {
     );
     assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
     assert_eq!(out.state.stored["units"], "\"\"");
+}
+
+#[test]
+fn a_charm_of_the_current_contract_reads_long_values_when_it_asks() {
+    // 0.2.3's `app-data-inline` leaves values over 4 KiB out of the bag's read; the SDK
+    // asks for each with `app-data-value` (`unit-data-value` for a unit's bag) as the charm
+    // reads it: the charm sees the same bag.
+    let ctx = WasmContext::new(&runtime(), guests::PROBE)
+        .expect("the guest loads")
+        .unit("probe/0");
+    let db = Relation::new(5, "db", "pg")
+        .remote_unit("pg/0", NO_DATA)
+        .remote_app_data([
+            ("master", "host=pg-0".to_string()),
+            ("allowed-units", "probe/0 ".repeat(1000)),
+            ("standbys", "s".repeat(5000)),
+            ("version", "16".to_string()),
+        ])
+        .local_unit_data([("cert", "c".repeat(4097))]);
+    let out = ctx.run(
+        Event::Start,
+        State::default().config("mode", "bags").relation(db),
+    );
+    assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
+    let stored = &out.state.stored;
+    // Each recorded as its `Debug` text, in JSON.
+    assert_eq!(stored["master"], r#""Some(\"host=pg-0\")""#);
+    assert_eq!(stored["allowed-len"], r#""Some(8000)""#);
+    assert_eq!(
+        stored["entries"],
+        r#""[(\"allowed-units\", 8000), (\"master\", 9), (\"standbys\", 5000), (\"version\", 2)]""#
+    );
+    assert_eq!(stored["cert-len"], r#""Some(4097)""#);
 }
 
 #[test]

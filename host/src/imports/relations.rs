@@ -1,8 +1,10 @@
+use std::collections::BTreeSet;
+
 use charm_model::access::{self, Side};
 
 use crate::bindings::juju::charm::relations::{Host, Relation, RelationPacked};
 use crate::bindings::types::Error;
-use crate::context::{BagOf, HookContext, overlay};
+use crate::context::{BagOf, HookContext};
 use crate::model::{Bag, BagWrites, RelationView};
 
 fn relation(ctx: &HookContext, id: u32) -> Result<&RelationView, Error> {
@@ -12,13 +14,72 @@ fn relation(ctx: &HookContext, id: u32) -> Result<&RelationView, Error> {
         .ok_or(Error::RelationNotFound(id))
 }
 
-/// A bag as the hook reads it: its own side with its writes over it.
-fn read(side: Side, stored: Option<&Bag>, writes: Option<&BagWrites>) -> Vec<(String, String)> {
-    match side {
-        Side::Local => overlay(stored, writes).into_iter().collect(),
-        Side::Remote => stored
-            .map(|b| b.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_default(),
+/// A bag as the hook reads it: the stored entries, and on its own side its writes over them.
+struct Seen<'a> {
+    stored: Option<&'a Bag>,
+    writes: Option<&'a BagWrites>,
+}
+
+impl<'a> Seen<'a> {
+    fn new(side: Side, stored: Option<&'a Bag>, writes: Option<&'a BagWrites>) -> Self {
+        let writes = writes.filter(|_| side == Side::Local);
+        Seen { stored, writes }
+    }
+
+    fn value(&self, key: &str) -> Option<&'a str> {
+        match self.writes.and_then(|w| w.get(key)) {
+            Some(written) => written.as_deref(),
+            None => self.stored.and_then(|b| b.get(key)).map(String::as_str),
+        }
+    }
+
+    /// Every entry, sorted by key.
+    fn entries(&self) -> impl Iterator<Item = (&'a str, &'a str)> + '_ {
+        let mut keys: BTreeSet<&'a str> = self
+            .stored
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        keys.extend(self.writes.into_iter().flatten().map(|(k, _)| k.as_str()));
+        keys.into_iter().filter_map(|k| Some((k, self.value(k)?)))
+    }
+
+    fn all(&self) -> Vec<(String, String)> {
+        self.entries()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    /// Every entry, values longer than `inline_max` bytes left out.
+    fn inline(&self, inline_max: u32) -> Vec<(String, Option<String>)> {
+        let fits = |v: &str| u32::try_from(v.len()).is_ok_and(|n| n <= inline_max);
+        self.entries()
+            .map(|(k, v)| (k.to_owned(), fits(v).then(|| v.to_owned())))
+            .collect()
+    }
+}
+
+impl HookContext {
+    /// `unit`'s bag in relation `id` as this hook may read it, or why not.
+    fn unit_bag_seen(&mut self, id: u32, unit: &str) -> Result<Seen<'_>, Error> {
+        let r = relation(self, id)?;
+        let verdict = access::read_unit_bag(id, self.unit(), unit, r.remote_units.contains(unit));
+        let side = self.allowed(verdict)?;
+        if side == Side::Remote {
+            self.fetch_unit_bag(id, unit);
+        }
+        let stored = relation(self, id)?.unit_bags.get(unit).map(|b| &**b);
+        Ok(Seen::new(side, stored, self.changes.unit_bags.get(&id)))
+    }
+
+    /// `app`'s bag in relation `id` as this hook may read it, or why not.
+    fn app_bag_seen(&mut self, id: u32, app: &str) -> Result<Seen<'_>, Error> {
+        let r = relation(self, id)?;
+        let verdict = access::read_app_bag(id, self.app(), app, &r.remote_app, self.is_leader());
+        let side = self.allowed(verdict)?;
+        let stored = relation(self, id)?.app_bags.get(app).map(|b| &**b);
+        Ok(Seen::new(side, stored, self.changes.app_bags.get(&id)))
     }
 }
 
@@ -53,22 +114,50 @@ impl Host for HookContext {
     }
 
     fn unit_data(&mut self, id: u32, unit: String) -> Result<Vec<(String, String)>, Error> {
-        let r = relation(self, id)?;
-        let verdict = access::read_unit_bag(id, self.unit(), &unit, r.remote_units.contains(&unit));
-        let side = self.allowed(verdict)?;
-        if side == Side::Remote {
-            self.fetch_unit_bag(id, &unit);
-        }
-        let stored = relation(self, id)?.unit_bags.get(&unit).map(|b| &**b);
-        Ok(read(side, stored, self.changes.unit_bags.get(&id)))
+        Ok(self.unit_bag_seen(id, &unit)?.all())
     }
 
     fn app_data(&mut self, id: u32, app: String) -> Result<Vec<(String, String)>, Error> {
-        let r = relation(self, id)?;
-        let verdict = access::read_app_bag(id, self.app(), &app, &r.remote_app, self.is_leader());
-        let side = self.allowed(verdict)?;
-        let stored = relation(self, id)?.app_bags.get(&app).map(|b| &**b);
-        Ok(read(side, stored, self.changes.app_bags.get(&id)))
+        Ok(self.app_bag_seen(id, &app)?.all())
+    }
+
+    fn unit_data_inline(
+        &mut self,
+        id: u32,
+        unit: String,
+        inline_max: u32,
+    ) -> Result<Vec<(String, Option<String>)>, Error> {
+        Ok(self.unit_bag_seen(id, &unit)?.inline(inline_max))
+    }
+
+    fn app_data_inline(
+        &mut self,
+        id: u32,
+        app: String,
+        inline_max: u32,
+    ) -> Result<Vec<(String, Option<String>)>, Error> {
+        Ok(self.app_bag_seen(id, &app)?.inline(inline_max))
+    }
+
+    fn unit_data_value(
+        &mut self,
+        id: u32,
+        unit: String,
+        key: String,
+    ) -> Result<Option<String>, Error> {
+        Ok(self
+            .unit_bag_seen(id, &unit)?
+            .value(&key)
+            .map(str::to_owned))
+    }
+
+    fn app_data_value(
+        &mut self,
+        id: u32,
+        app: String,
+        key: String,
+    ) -> Result<Option<String>, Error> {
+        Ok(self.app_bag_seen(id, &app)?.value(&key).map(str::to_owned))
     }
 
     fn set_unit_data(
@@ -98,5 +187,131 @@ impl Host for HookContext {
         self.allowed(verdict)?;
         self.write_key(BagOf::App(id), key, value);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::UnitSnapshot;
+
+    fn bag(entries: &[(&str, &str)]) -> Arc<Bag> {
+        Arc::new(
+            entries
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    /// db/0, a follower, related to web/0, whose bags hold a long value.
+    fn context() -> HookContext {
+        let mut snapshot = UnitSnapshot {
+            unit: "db/0".into(),
+            app: "db".into(),
+            ..UnitSnapshot::default()
+        };
+        let long = "u".repeat(100);
+        snapshot.relations.insert(
+            1,
+            RelationView {
+                id: 1,
+                endpoint: "db".into(),
+                remote_app: "web".into(),
+                remote_units: vec!["web/0".to_string()].into(),
+                unit_bags: [
+                    ("web/0".to_string(), bag(&[("name", "w"), ("cert", &long)])),
+                    ("db/0".to_string(), bag(&[("a", "1"), ("b", &long)])),
+                ]
+                .into(),
+                app_bags: [
+                    (
+                        "web".to_string(),
+                        bag(&[("allowed", &long), ("master", "m")]),
+                    ),
+                    ("db".to_string(), bag(&[("x", "1")])),
+                ]
+                .into(),
+            },
+        );
+        HookContext::new(snapshot, None, Arc::default(), 1 << 20)
+    }
+
+    #[test]
+    fn a_bag_read_inline_leaves_out_long_values_and_gives_them_one_by_one() {
+        let mut ctx = context();
+        let inline = ctx.app_data_inline(1, "web".into(), 10).unwrap();
+        assert_eq!(
+            inline,
+            [
+                ("allowed".to_string(), None),
+                ("master".to_string(), Some("m".to_string()))
+            ]
+        );
+        let long = ctx
+            .app_data_value(1, "web".into(), "allowed".into())
+            .unwrap();
+        assert_eq!(long.as_deref(), Some(&*"u".repeat(100)));
+        assert_eq!(
+            ctx.app_data_value(1, "web".into(), "none".into()).unwrap(),
+            None
+        );
+        let whole = ctx.app_data(1, "web".into()).unwrap();
+        assert_eq!(whole.len(), 2);
+        assert_eq!(
+            ctx.app_data_inline(1, "web".into(), 100).unwrap()[0].1,
+            long
+        );
+
+        let remote = ctx.unit_data_inline(1, "web/0".into(), 10).unwrap();
+        assert_eq!(remote[0], ("cert".to_string(), None));
+        let cert = ctx.unit_data_value(1, "web/0".into(), "cert".into());
+        assert_eq!(cert.unwrap().map(|c| c.len()), Some(100));
+    }
+
+    #[test]
+    fn a_units_own_bag_reads_with_its_writes_over_it() {
+        let mut ctx = context();
+        ctx.set_unit_data(1, "db/0".into(), "a".into(), None)
+            .unwrap();
+        ctx.set_unit_data(1, "db/0".into(), "c".into(), Some("3".into()))
+            .unwrap();
+        let inline = ctx.unit_data_inline(1, "db/0".into(), 10).unwrap();
+        assert_eq!(
+            inline,
+            [
+                ("b".to_string(), None),
+                ("c".to_string(), Some("3".to_string()))
+            ]
+        );
+        assert_eq!(
+            ctx.unit_data_value(1, "db/0".into(), "a".into()).unwrap(),
+            None
+        );
+        assert_eq!(
+            ctx.unit_data_value(1, "db/0".into(), "c".into()).unwrap(),
+            Some("3".into())
+        );
+        let whole = ctx.unit_data(1, "db/0".into()).unwrap();
+        assert_eq!(
+            whole.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            ["b", "c"]
+        );
+    }
+
+    #[test]
+    fn a_value_is_refused_as_its_bag_is() {
+        let mut ctx = context();
+        let whole = ctx.app_data(1, "db".into()).unwrap_err();
+        let value = ctx.app_data_value(1, "db".into(), "x".into()).unwrap_err();
+        let inline = ctx.app_data_inline(1, "db".into(), 10).unwrap_err();
+        assert_eq!(format!("{whole:?}"), format!("{value:?}"));
+        assert_eq!(format!("{whole:?}"), format!("{inline:?}"));
+        assert!(matches!(
+            ctx.unit_data_value(9, "db/0".into(), "a".into()),
+            Err(Error::RelationNotFound(9))
+        ));
     }
 }

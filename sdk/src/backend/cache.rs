@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Backend, Entries, RelationInfo};
+use super::{Backend, BagRead, RelationInfo};
 use crate::error::Result;
 use crate::log::Level;
 use crate::{ConfigValue, Network, Status};
@@ -35,7 +35,7 @@ pub(crate) struct Cached<B> {
     config_all: Option<Vec<(String, ConfigValue)>>,
     relation_ids: BTreeMap<String, Vec<u32>>,
     relations: BTreeMap<u32, RelationInfo>,
-    bags: BTreeMap<(u32, Owner), Entries>,
+    bags: BTreeMap<(u32, Owner), BagRead>,
     unit_status: Option<Status>,
     app_status: Option<Status>,
     stored: BTreeMap<String, Option<String>>,
@@ -169,18 +169,28 @@ impl<B: Backend> Backend for Cached<B> {
         kept_unless_refused(&mut self.relations, id, || inner.relation_get(id))
     }
 
-    fn unit_data(&mut self, id: u32, unit: &str) -> Result<Entries> {
+    fn unit_data(&mut self, id: u32, unit: &str) -> Result<BagRead> {
         let inner = &mut self.inner;
         kept_unless_refused(&mut self.bags, (id, Owner::Unit(unit.to_string())), || {
             inner.unit_data(id, unit)
         })
     }
 
-    fn app_data(&mut self, id: u32, app: &str) -> Result<Entries> {
+    fn app_data(&mut self, id: u32, app: &str) -> Result<BagRead> {
         let inner = &mut self.inner;
         kept_unless_refused(&mut self.bags, (id, Owner::App(app.to_string())), || {
             inner.app_data(id, app)
         })
+    }
+
+    // A long value is asked for by the bag that wants it, which keeps it: not kept here
+    // too, which would copy it twice.
+    fn unit_data_value(&mut self, id: u32, unit: &str, key: &str) -> Result<Option<String>> {
+        self.inner.unit_data_value(id, unit, key)
+    }
+
+    fn app_data_value(&mut self, id: u32, app: &str, key: &str) -> Result<Option<String>> {
+        self.inner.app_data_value(id, app, key)
     }
 
     fn set_unit_data(&mut self, id: u32, unit: &str, key: &str, value: Option<&str>) -> Result<()> {
@@ -279,6 +289,8 @@ mod tests {
         RelationGet(u32),
         UnitData(u32, &'static str),
         AppData(u32, &'static str),
+        UnitDataValue(u32, &'static str, &'static str),
+        AppDataValue(u32, &'static str, &'static str),
         SetUnitData(u32, &'static str, &'static str, Option<&'static str>),
         SetAppData(u32, &'static str, &'static str, Option<&'static str>),
         UnitStatus,
@@ -290,7 +302,18 @@ mod tests {
     }
 
     const KEYS: &[&str] = &["a", "a", "b", ""];
-    const VALUES: &[Option<&str>] = &[Some("1"), Some("2"), None];
+    const VALUES: &[Option<&str>] = &[Some("1"), Some("2"), None, Some(LONG)];
+    /// Stands for a value longer than [`super::super::INLINE_MAX`], which a bag's read
+    /// leaves out ([`long`] makes it).
+    const LONG: &str = "long";
+
+    /// The value `v` stands for.
+    fn long(v: Option<&str>) -> Option<String> {
+        v.map(|v| match v {
+            LONG => "x".repeat(super::super::INLINE_MAX as usize + 1),
+            v => v.to_string(),
+        })
+    }
     const UNITS: &[&str] = &["app/0", "app/0", "db/0", "app/1", "db/1"];
     const APPS: &[&str] = &["app", "app", "db", "other"];
 
@@ -312,6 +335,9 @@ mod tests {
             id.clone().prop_map(Op::RelationGet),
             (id.clone(), unit.clone()).prop_map(|(i, u)| Op::UnitData(i, u)),
             (id.clone(), app.clone()).prop_map(|(i, a)| Op::AppData(i, a)),
+            (id.clone(), unit.clone(), key.clone())
+                .prop_map(|(i, u, k)| Op::UnitDataValue(i, u, k)),
+            (id.clone(), app.clone(), key.clone()).prop_map(|(i, a, k)| Op::AppDataValue(i, a, k)),
             (id.clone(), unit, key.clone(), value.clone())
                 .prop_map(|(i, u, k, v)| Op::SetUnitData(i, u, k, v)),
             (id, app, key.clone(), value.clone())
@@ -338,8 +364,14 @@ mod tests {
             Op::RelationGet(id) => format!("{:?}", b.relation_get(*id)),
             Op::UnitData(id, u) => format!("{:?}", b.unit_data(*id, u)),
             Op::AppData(id, a) => format!("{:?}", b.app_data(*id, a)),
-            Op::SetUnitData(id, u, k, v) => format!("{:?}", b.set_unit_data(*id, u, k, *v)),
-            Op::SetAppData(id, a, k, v) => format!("{:?}", b.set_app_data(*id, a, k, *v)),
+            Op::UnitDataValue(id, u, k) => format!("{:?}", b.unit_data_value(*id, u, k)),
+            Op::AppDataValue(id, a, k) => format!("{:?}", b.app_data_value(*id, a, k)),
+            Op::SetUnitData(id, u, k, v) => {
+                format!("{:?}", b.set_unit_data(*id, u, k, long(*v).as_deref()))
+            }
+            Op::SetAppData(id, a, k, v) => {
+                format!("{:?}", b.set_app_data(*id, a, k, long(*v).as_deref()))
+            }
             Op::UnitStatus => format!("{:?}", b.unit_status()),
             Op::SetUnitStatus(m) => {
                 format!("{:?}", b.set_unit_status(Status::active(*m)))
@@ -372,7 +404,7 @@ mod tests {
             .relation(
                 Relation::new(1, "db", "db")
                     .remote_unit("db/0", [("a", "r")])
-                    .remote_app_data([("b", "r")])
+                    .remote_app_data([("a", long(Some(LONG)).unwrap().as_str()), ("b", "r")])
                     .local_unit_data([("a", "l")])
                     .local_app_data([("a", "l")]),
             )

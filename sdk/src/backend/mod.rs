@@ -16,6 +16,47 @@ use crate::{ConfigValue, Network, Status};
 /// bag read again is not copied again.
 pub(crate) type Entries = std::rc::Rc<std::collections::BTreeMap<String, String>>;
 
+/// The keys of a bag whose values the host left out for their length ([`INLINE_MAX`]),
+/// shared as [`Entries`] are.
+pub(crate) type Deferred = std::rc::Rc<std::collections::BTreeSet<String>>;
+
+/// The longest value a bag's read brings with it; a longer one is read when the charm asks
+/// for it (`get` of its key, or every entry), so a charm reading a bag's other keys never
+/// copies it. 4 KiB: a bag's usual values (addresses, credentials, a few names) are far
+/// shorter, and a value of a few KiB costs less to copy than a second host call.
+pub(crate) const INLINE_MAX: u32 = 4096;
+
+/// A bag as the host gives it: its entries, less the long values that [`Deferred`] names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct BagRead {
+    pub entries: Entries,
+    pub deferred: Deferred,
+}
+
+impl BagRead {
+    /// `bag` with its values longer than `inline_max` left out, as the host gives it.
+    pub(crate) fn inline(bag: impl IntoIterator<Item = (String, Option<String>)>) -> Self {
+        let (mut entries, mut deferred) = (
+            std::collections::BTreeMap::new(),
+            std::collections::BTreeSet::new(),
+        );
+        for (key, value) in bag {
+            match value {
+                Some(value) => {
+                    entries.insert(key, value);
+                }
+                None => {
+                    deferred.insert(key);
+                }
+            }
+        }
+        BagRead {
+            entries: Entries::new(entries),
+            deferred: Deferred::new(deferred),
+        }
+    }
+}
+
 /// A relation as the host describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RelationInfo {
@@ -41,8 +82,12 @@ pub(crate) trait Backend {
 
     fn relation_ids(&mut self, name: &str) -> Vec<u32>;
     fn relation_get(&mut self, id: u32) -> Result<RelationInfo>;
-    fn unit_data(&mut self, id: u32, unit: &str) -> Result<Entries>;
-    fn app_data(&mut self, id: u32, app: &str) -> Result<Entries>;
+    /// A unit's bag, its values longer than [`INLINE_MAX`] left out.
+    fn unit_data(&mut self, id: u32, unit: &str) -> Result<BagRead>;
+    /// An application's bag, its values longer than [`INLINE_MAX`] left out.
+    fn app_data(&mut self, id: u32, app: &str) -> Result<BagRead>;
+    fn unit_data_value(&mut self, id: u32, unit: &str, key: &str) -> Result<Option<String>>;
+    fn app_data_value(&mut self, id: u32, app: &str, key: &str) -> Result<Option<String>>;
     fn set_unit_data(&mut self, id: u32, unit: &str, key: &str, value: Option<&str>) -> Result<()>;
     fn set_app_data(&mut self, id: u32, app: &str, key: &str, value: Option<&str>) -> Result<()>;
 
@@ -112,15 +157,21 @@ mod wit_backend {
                 remote_units: crate::RemoteUnits::from_packed(r.remote_units),
             })
         }
-        fn unit_data(&mut self, id: u32, unit: &str) -> Result<Entries> {
-            Ok(Entries::new(
-                relations::unit_data(id, unit)?.into_iter().collect(),
-            ))
+        fn unit_data(&mut self, id: u32, unit: &str) -> Result<BagRead> {
+            Ok(BagRead::inline(relations::unit_data_inline(
+                id, unit, INLINE_MAX,
+            )?))
         }
-        fn app_data(&mut self, id: u32, app: &str) -> Result<Entries> {
-            Ok(Entries::new(
-                relations::app_data(id, app)?.into_iter().collect(),
-            ))
+        fn app_data(&mut self, id: u32, app: &str) -> Result<BagRead> {
+            Ok(BagRead::inline(relations::app_data_inline(
+                id, app, INLINE_MAX,
+            )?))
+        }
+        fn unit_data_value(&mut self, id: u32, unit: &str, key: &str) -> Result<Option<String>> {
+            Ok(relations::unit_data_value(id, unit, key)?)
+        }
+        fn app_data_value(&mut self, id: u32, app: &str, key: &str) -> Result<Option<String>> {
+            Ok(relations::app_data_value(id, app, key)?)
         }
         fn set_unit_data(
             &mut self,

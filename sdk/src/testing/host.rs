@@ -13,7 +13,7 @@ use charm_model::{BagWrites, StatusKind, apply_writes};
 
 use super::state::{Bag, State};
 use super::{ActionOutput, Faults, LogLine};
-use crate::backend::{Backend, Entries, RelationInfo};
+use crate::backend::{Backend, BagRead, INLINE_MAX, RelationInfo};
 use crate::error::{Error, Result};
 use crate::log::Level;
 use crate::{ConfigValue, Metadata, Status};
@@ -297,6 +297,47 @@ impl Hook {
 /// back after the hook, however it ended.
 pub(crate) struct HookBackend(pub Rc<RefCell<Hook>>);
 
+impl HookBackend {
+    /// `unit`'s bag in relation `id` as the hook reads it, whole, or the refusal.
+    fn unit_bag(&mut self, id: u32, unit: &str) -> Result<Bag> {
+        let mut h = self.0.borrow_mut();
+        h.call();
+        let r = h.relation(id)?;
+        let verdict = access::read_unit_bag(id, &h.unit, unit, r.remote_units.contains_key(unit));
+        let side = h.allowed(verdict)?;
+        let r = h.relation(id)?;
+        Ok(match side {
+            Side::Local => overlay(&r.local_unit_data, h.writes.unit_bags.get(&id)),
+            Side::Remote => r.remote_units[unit].clone(),
+        })
+    }
+
+    /// `app`'s bag in relation `id` as the hook reads it, whole, or the refusal.
+    fn app_bag(&mut self, id: u32, app: &str) -> Result<Bag> {
+        let mut h = self.0.borrow_mut();
+        h.call();
+        let r = h.relation(id)?;
+        let remote_app = h.remote_app_of(r);
+        let verdict = access::read_app_bag(id, &h.app, app, &remote_app, h.snapshot.leader);
+        let side = h.allowed(verdict)?;
+        let r = h.relation(id)?;
+        Ok(match side {
+            Side::Local => overlay(&r.local_app_data, h.writes.app_bags.get(&id)),
+            Side::Remote => r.remote_app_data.clone(),
+        })
+    }
+}
+
+/// A bag as the host gives it to a charm: its values longer than [`INLINE_MAX`] left out,
+/// for the charm to ask for one by one, so a charm's tests take the same path.
+fn deferring_long_values(bag: Bag) -> BagRead {
+    let fits = |v: &String| u32::try_from(v.len()).is_ok_and(|n| n <= INLINE_MAX);
+    BagRead::inline(bag.into_iter().map(|(k, v)| {
+        let v = fits(&v).then_some(v);
+        (k, v)
+    }))
+}
+
 impl Backend for HookBackend {
     fn is_leader(&mut self) -> bool {
         let mut h = self.0.borrow_mut();
@@ -394,31 +435,20 @@ impl Backend for HookBackend {
         })
     }
 
-    fn unit_data(&mut self, id: u32, unit: &str) -> Result<Entries> {
-        let mut h = self.0.borrow_mut();
-        h.call();
-        let r = h.relation(id)?;
-        let verdict = access::read_unit_bag(id, &h.unit, unit, r.remote_units.contains_key(unit));
-        let side = h.allowed(verdict)?;
-        let r = h.relation(id)?;
-        Ok(Entries::new(match side {
-            Side::Local => overlay(&r.local_unit_data, h.writes.unit_bags.get(&id)),
-            Side::Remote => r.remote_units[unit].clone(),
-        }))
+    fn unit_data(&mut self, id: u32, unit: &str) -> Result<BagRead> {
+        Ok(deferring_long_values(self.unit_bag(id, unit)?))
     }
 
-    fn app_data(&mut self, id: u32, app: &str) -> Result<Entries> {
-        let mut h = self.0.borrow_mut();
-        h.call();
-        let r = h.relation(id)?;
-        let remote_app = h.remote_app_of(r);
-        let verdict = access::read_app_bag(id, &h.app, app, &remote_app, h.snapshot.leader);
-        let side = h.allowed(verdict)?;
-        let r = h.relation(id)?;
-        Ok(Entries::new(match side {
-            Side::Local => overlay(&r.local_app_data, h.writes.app_bags.get(&id)),
-            Side::Remote => r.remote_app_data.clone(),
-        }))
+    fn app_data(&mut self, id: u32, app: &str) -> Result<BagRead> {
+        Ok(deferring_long_values(self.app_bag(id, app)?))
+    }
+
+    fn unit_data_value(&mut self, id: u32, unit: &str, key: &str) -> Result<Option<String>> {
+        Ok(self.unit_bag(id, unit)?.remove(key))
+    }
+
+    fn app_data_value(&mut self, id: u32, app: &str, key: &str) -> Result<Option<String>> {
+        Ok(self.app_bag(id, app)?.remove(key))
     }
 
     fn set_unit_data(&mut self, id: u32, unit: &str, key: &str, value: Option<&str>) -> Result<()> {

@@ -3,8 +3,10 @@
 //! hand it a relation's units as 0.2.1 did, a list of names (`relation-get`).
 //!
 //! On relation-changed it writes to its own unit bag `units` (the remote units, joined by
-//! commas, as `relation-get` listed them) and `address` (its `network-get` for the
-//! relation's endpoint, a 0.2.1 import: its ingress addresses, joined by commas).
+//! commas, as `relation-get` listed them), `app-data` (the remote application's bag as
+//! `app-data` gives it, whole: each key and its value's length, joined by commas) and
+//! `address` (its `network-get` for the relation's endpoint, a 0.2.1 import: its ingress
+//! addresses, joined by commas).
 
 // The world `use`s `context`, `event` and `metadata`, so the bindings define them here.
 // Their generated functions take as many arguments as the WIT's records have fields.
@@ -40,6 +42,13 @@ impl Guest for ContractV021 {
                     .map_err(|e| format!("{e:?}"))
             };
             write("units", relation.remote_units.join(","))?;
+            let app =
+                relations::app_data(rel.id, &relation.remote_app).map_err(|e| format!("{e:?}"))?;
+            let lens: Vec<String> = app
+                .iter()
+                .map(|(k, v)| format!("{k}:{}", v.len()))
+                .collect();
+            write("app-data", lens.join(","))?;
             let address = network::network_get(&rel.name).map_err(|e| format!("{e:?}"))?;
             write("address", address.ingress_addresses.join(","))?;
         }

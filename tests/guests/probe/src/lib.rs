@@ -68,6 +68,25 @@ impl Charm for Probe {
             model.stored().set("units", &units.unwrap_or_default())?;
             return Ok(());
         }
+        if mode == "bags" {
+            // Reads bags holding values longer than a bag's read brings (4 KiB): one by its
+            // key, then every entry.
+            if let Some(db) = model.relation("db")? {
+                let theirs = db.remote_app_data()?;
+                record(model, "master", &theirs.get("master"))?;
+                record(
+                    model,
+                    "allowed-len",
+                    &theirs.get("allowed-units").map(str::len),
+                )?;
+                let lens: Vec<(&String, usize)> =
+                    theirs.entries().iter().map(|(k, v)| (k, v.len())).collect();
+                record(model, "entries", &lens)?;
+                let mine = db.local_unit_data()?;
+                record(model, "cert-len", &mine.get("cert").map(str::len))?;
+            }
+            return Ok(());
+        }
         if mode == "count" {
             // Every hook counts itself, twice in one commit: after any crash, each count
             // says how often the hook's commit applied, and the two must agree.
