@@ -25,7 +25,8 @@
 //! the sizes (10, 100 and 1,000 by default; `SCALE_UNITS=10000` is long on SQLite),
 //! `SCALE_STORES=sqlite,etcd` the stores (memory, sqlite, and with the feature etcd),
 //! `SCALE_HOPS=N` the hops per case (100), `SCALE_TIMEOUT=S` how long a case may
-//! take to settle (600 s; 120 s on etcd).
+//! take to settle (600 s; 120 s on etcd), `SCALE_HOOKS_AT_ONCE=N` how many hooks the host
+//! admits at once (eight per core by default).
 
 mod common;
 
@@ -240,6 +241,9 @@ async fn settle(
         }))),
         // As `charm-host run` sets it.
         ownership: std::env::var("SCALE_OWNERSHIP").is_ok_and(|v| v == "1"),
+        hooks_at_once: std::env::var("SCALE_HOOKS_AT_ONCE")
+            .ok()
+            .map(|v| v.parse().expect("SCALE_HOOKS_AT_ONCE: a number")),
         ..ControllerConfig::default()
     };
     reset_peak_rss();

@@ -599,16 +599,21 @@ impl UnitAgent {
         // rather than run this hook as a follower's for want of a few hundred ms.
         let min_remaining = self.min_remaining();
         tracker.renewed(min_remaining).await;
+        // Held from the snapshot to the commit, unless a step of it runs long.
+        let mut place = self.shared.admission.enter().await;
         let began = Instant::now();
         // A charm's hooks read remote units' bags as they ask for them: a unit related to
         // a thousand others reads the few it looks at, and its commit checks only those.
         let lazy = self.executor.reads_bags_as_asked();
         let read = if lazy {
-            self.store
-                .hook_read_lazily(&self.unit, REMOTE_BAGS_UP_FRONT)
+            place
+                .run(
+                    self.store
+                        .hook_read_lazily(&self.unit, REMOTE_BAGS_UP_FRONT),
+                )
                 .await
         } else {
-            self.store.hook_read(&self.unit).await
+            place.run(self.store.hook_read(&self.unit)).await
         };
         let mut read = match read {
             Ok(read) => read,
@@ -657,7 +662,7 @@ impl UnitAgent {
                 tracing::debug!(unit = %self.unit, action = id, "action not marked running: {e}");
             }
         }
-        let mut run = if lazy {
+        let run = if lazy {
             let store = self.store.clone();
             let runtime = tokio::runtime::Handle::current();
             let reader: BagReader = Arc::new(move |relation, units: &[String]| {
@@ -684,8 +689,8 @@ impl UnitAgent {
                 guarantee.clone(),
                 hook.clone(),
             )
-        }
-        .await;
+        };
+        let mut run = place.run(run).await;
         // What the hook read besides its snapshot is checked by its commit as well.
         for (relation, unit, bag) in std::mem::take(&mut run.bags_read) {
             if let Some(view) = read.snapshot.relations.get_mut(&relation) {
@@ -735,7 +740,7 @@ impl UnitAgent {
                         read: Some(&read),
                         owner: self.ownership.is_some().then_some(self.holder.as_str()),
                     };
-                    match self.store.commit_hook(commit).await {
+                    match place.run(self.store.commit_hook(commit)).await {
                         Ok(committed) => Ok(committed),
                         // A host that crashed after this commit applied it already.
                         Err(CommitError::NotQueued { .. }) => {

@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, watch};
 
 use charm_model::endpoints::{self, Side};
 
+use crate::admission::Admission;
 use crate::agent::{HookExecutor, HookRecord, RetryPolicy, UnitAgent};
 use crate::charm::Charm;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
@@ -61,6 +62,9 @@ pub struct ControllerConfig {
     /// it: one agent runs a unit at a time, whichever hosts select it. Hosts sharing a
     /// store (`charm-host run`) claim; a controller alone on its store need not.
     pub ownership: bool,
+    /// How many of this host's units run a hook at once, in the order they asked
+    /// ([`crate::admission`]); `None`: [`crate::admission::PLACES_PER_CORE`] per core.
+    pub hooks_at_once: Option<usize>,
 }
 
 /// The machine's host name and this process's id: `name:pid`. Two hosts on one machine
@@ -212,6 +216,8 @@ pub(crate) struct Shared {
     pub(crate) guarantee_margin: Duration,
     history: Option<Mutex<Vec<HookRecord>>>,
     observer: Option<HookObserver>,
+    /// The places for this host's hooks.
+    pub(crate) admission: Admission,
 }
 
 impl Shared {
@@ -452,6 +458,9 @@ impl Controller {
             guarantee_margin,
             history: config.record_history.then(|| Mutex::new(Vec::new())),
             observer: config.observer.clone(),
+            admission: config
+                .hooks_at_once
+                .map_or_else(Admission::for_this_machine, Admission::new),
         });
         Ok(Controller {
             shared,

@@ -16,6 +16,7 @@
 #[allow(missing_docs)]
 pub mod bindings;
 
+pub mod admission;
 pub mod agent;
 pub mod build;
 pub mod bundle;
