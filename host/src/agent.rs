@@ -181,6 +181,10 @@ fn stale_backoff(unit: &str, conflicts: u32) -> Duration {
 /// How often a unit in error looks whether the operator resolved it.
 const RESOLVED_POLL: Duration = Duration::from_secs(1);
 
+/// How soon an agent reads its queue again when the store did not answer a read it was
+/// woken for.
+const POLL_AGAIN: Duration = Duration::from_millis(250);
+
 /// How failed hooks are retried.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -464,15 +468,22 @@ impl UnitAgent {
                             None => std::future::pending().await,
                         }
                     } => {
-                        self.poll_store().await;
-                        next_poll = self.poll.map(|every| Instant::now() + every);
+                        next_poll = match self.poll_store().await {
+                            true => self.poll.map(|every| Instant::now() + every),
+                            false => Some(Instant::now() + POLL_AGAIN),
+                        };
                     }
                     _ = async move {
                         match woken {
                             Some(signal) => signal.notified().await,
                             None => std::future::pending().await,
                         }
-                    } => self.poll_store().await,
+                    } => {
+                        // The wake-up that asked for this read is spent: look again soon.
+                        if !self.poll_store().await {
+                            next_poll = Some(Instant::now() + POLL_AGAIN);
+                        }
+                    }
                 }
                 continue;
             };
@@ -550,14 +561,21 @@ impl UnitAgent {
         }
     }
 
-    /// Takes up hooks the store holds for this unit that this agent has not seen.
-    async fn poll_store(&mut self) {
-        let Ok(queued) = self.store.queued(&self.unit).await else {
-            return;
-        };
-        for hook in queued {
-            self.shared.pending.add(1);
-            self.accept(hook);
+    /// Takes up hooks the store holds for this unit that this agent has not seen; whether
+    /// the store answered.
+    async fn poll_store(&mut self) -> bool {
+        match self.store.queued(&self.unit).await {
+            Ok(queued) => {
+                for hook in queued {
+                    self.shared.pending.add(1);
+                    self.accept(hook);
+                }
+                true
+            }
+            Err(e) => {
+                tracing::debug!(unit = %self.unit, "queue not read: {e}");
+                false
+            }
         }
     }
 
@@ -578,8 +596,9 @@ impl UnitAgent {
                 },
                 _ = sleep(every) => match self.store.unit_details(&self.unit).await {
                     Ok(details) if details.hook_error.is_none() => {
-                        self.poll_store().await;
-                        return true;
+                        if self.poll_store().await {
+                            return true;
+                        }
                     }
                     Ok(_) => {}
                     Err(StoreError::NotFound(_)) => return false,

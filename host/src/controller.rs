@@ -291,6 +291,9 @@ impl Launch {
     /// The unit's queue and leader-elected record.
     async fn load(&self) -> Result<Loaded, StoreError> {
         let store = &self.shared.store;
+        // Listening before reading: a hook another host queues once the queue is read
+        // wakes the agent, which reads it again.
+        let _ = store.clone().queue_signal(&self.unit);
         let queue = store
             .queued(&self.unit)
             .await?

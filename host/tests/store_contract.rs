@@ -3585,7 +3585,7 @@ mod etcd_only {
                         tokio::task::block_in_place(|| both_read.wait());
                     }
                     if outbox {
-                        assert!(tx.defers_queueing(100).unwrap());
+                        assert!(tx.defers_queueing(100, 100).unwrap());
                     }
                     tx.enqueue("web/0", &hook).unwrap();
                     Verdict::Apply
@@ -3612,6 +3612,131 @@ mod etcd_only {
         seqs.sort();
         seqs.dedup();
         assert_eq!(seqs.len(), after.len(), "seqs shared: {after:?}");
+    }
+
+    /// A model written by a host of format 1 (each unit's queue one key, a list) is moved to
+    /// a key per queued hook when a host of format 2 opens it: every queue as it was, in
+    /// order, the lists gone, the model marked format 2, and its hooks run as before.
+    #[tokio::test]
+    async fn a_format_1_model_moves_to_a_key_per_queued_hook() {
+        use etcd_client::{Client, GetOptions, PutOptions};
+
+        let server = EtcdServer::start();
+        let a = open(&server, "m").await;
+        let m = deploy(&a).await;
+        let before = all_queues(&a, &ALL_UNITS).await;
+        assert!(before.values().any(|q| q.len() > 1), "{before:?}");
+        drop(a);
+
+        // Back to format 1, as its hosts wrote it.
+        let mut client = Client::connect([server.endpoint()], None).await.unwrap();
+        let prefix = Some(GetOptions::new().with_prefix());
+        for (unit, queue) in &before {
+            let list: Vec<serde_json::Value> = queue
+                .iter()
+                .map(|q| serde_json::json!({"seq": q.seq, "hook": q.hook}))
+                .collect();
+            let list = serde_json::to_vec(&list).unwrap();
+            client
+                .put(format!("m/queues/{unit}"), list, None)
+                .await
+                .unwrap();
+        }
+        let hooks = Some(etcd_client::DeleteOptions::new().with_prefix());
+        client.delete("m/hooks/", hooks).await.unwrap();
+        let meta = client.get("m/meta", None).await.unwrap().kvs()[0]
+            .value()
+            .to_vec();
+        let mut meta: serde_json::Value = serde_json::from_slice(&meta).unwrap();
+        assert_eq!(meta["format"], 2);
+        meta["format"] = 1.into();
+        let meta = serde_json::to_vec(&meta).unwrap();
+        client
+            .put("m/meta", meta, None::<PutOptions>)
+            .await
+            .unwrap();
+
+        let b = open(&server, "m").await;
+        assert_eq!(all_queues(&b, &ALL_UNITS).await, before);
+        let lists = client.get("m/queues/", prefix.clone()).await.unwrap();
+        assert_eq!(lists.kvs().len(), 0);
+        let meta = client.get("m/meta", None).await.unwrap().kvs()[0]
+            .value()
+            .to_vec();
+        let meta: serde_json::Value = serde_json::from_slice(&meta).unwrap();
+        assert_eq!(meta["format"], 2);
+        // The moved hooks are the queue: web/0's first commits and leaves it.
+        let first = before["web/0"][0].clone();
+        b.commit("web/0", Some(first.seq), &Changes::default(), None)
+            .await
+            .unwrap();
+        assert_eq!(b.queued("web/0").await.unwrap(), before["web/0"][1..]);
+        // Opened again, nothing moves twice.
+        let c = open(&server, "m").await;
+        assert_eq!(c.queued("web/0").await.unwrap(), before["web/0"][1..]);
+        let _ = m;
+    }
+
+    /// Hosts' commits firing a hook on one unit at once (the clients of one database), each
+    /// queueing it as a key of its own whatever the others do: every hook arrives, once,
+    /// each with a seq of its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commits_firing_hooks_on_one_unit_at_once_all_queue_them() {
+        const UNITS: usize = 24;
+        let server = EtcdServer::start();
+        let a = Arc::new(open(&server, "m").await);
+        let requires = vec![endpoint("db", RelationRole::Requires, "pgsql")];
+        a.add_application(app("big", requires)).await.unwrap();
+        let provides = vec![endpoint("db", RelationRole::Provides, "pgsql")];
+        a.add_application(app("db", provides)).await.unwrap();
+        let mut big = Vec::new();
+        for _ in 0..UNITS {
+            big.push(a.add_unit("big").await.unwrap());
+        }
+        a.add_unit("db").await.unwrap();
+        let (rel, _) = a
+            .add_relation("pgsql", vec![side("big", "db"), side("db", "db")])
+            .await
+            .unwrap();
+        let mut units: Vec<&str> = big.iter().map(String::as_str).collect();
+        units.push("db/0");
+        drain(a.as_ref(), &units).await;
+
+        // Three hosts, each committing a third of the units' bag writes at once.
+        let hosts = [
+            a.clone(),
+            Arc::new(open(&server, "m").await),
+            Arc::new(open(&server, "m").await),
+        ];
+        let mut commits = tokio::task::JoinSet::new();
+        for (i, unit) in big.iter().enumerate() {
+            let store = hosts[i % hosts.len()].clone();
+            let unit = unit.clone();
+            commits.spawn(async move {
+                let changes = Changes {
+                    unit_bags: BTreeMap::from([(rel.id, writes(&[("database", Some("forum"))]))]),
+                    ..Changes::default()
+                };
+                store.commit(&unit, None, &changes, None).await
+            });
+        }
+        while let Some(done) = commits.join_next().await {
+            let done = done.unwrap().unwrap();
+            assert_eq!(done.queued.len(), 1, "{done:?}");
+        }
+        let queue = a.queued("db/0").await.unwrap();
+        assert_increasing(&queue);
+        let mut about: Vec<String> = queue
+            .iter()
+            .map(|q| match &q.hook {
+                Hook::RelationChanged(r) => r.remote_unit.clone().unwrap(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        about.sort();
+        let mut expected = big.clone();
+        expected.sort();
+        assert_eq!(about, expected);
     }
 
     /// Hosts running a model compact etcd's history (etcd's defaults never do, and its

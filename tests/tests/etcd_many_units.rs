@@ -7,7 +7,9 @@
 //! delivered, one leader per application, discourse's pod spec set.
 //!
 //! `ETCD_MANY_UNITS=1000` runs it with another number of discourse units (300 by default)
-//! and prints how long they took to settle (`-- --nocapture`).
+//! and prints how long they took to settle (`-- --nocapture`); `ETCD_MANY_UNITS_LOG` sets
+//! the hosts' `RUST_LOG` (`warn` by default) and `ETCD_MANY_UNITS_KEEP=<dir>` keeps their
+//! logs there.
 
 #![cfg(feature = "etcd")]
 
@@ -79,7 +81,10 @@ fn several_hundred_units_across_hosts_settle_on_etcd_defaults() {
         Command::new(charm_tests::charm_host_binary())
             .args(["run", bundle.to_str().unwrap(), "--store", &spec])
             .args(["--units", &hosted(i)])
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("ETCD_MANY_UNITS_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -91,6 +96,9 @@ fn several_hundred_units_across_hosts_settle_on_etcd_defaults() {
                 let log = std::fs::read_to_string(dir.path().join(format!("host{i}.log")))
                     .unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                if let Ok(keep) = std::env::var("ETCD_MANY_UNITS_KEEP") {
+                    let _ = std::fs::write(format!("{keep}/host{i}.log"), &log);
+                }
                 format!(
                     "host {i}:\n{}",
                     tail.into_iter().rev().collect::<Vec<_>>().join("\n")
@@ -145,6 +153,7 @@ fn several_hundred_units_across_hosts_settle_on_etcd_defaults() {
         std::thread::sleep(Duration::from_millis(500));
     }
     let settled = settled_at.map_or(began.elapsed(), |t| t - began);
+    log_tails();
     eprintln!(
         "{} units on {HOSTS} hosts settled in {:.1} s on etcd's default limits",
         units + 1,
@@ -181,7 +190,16 @@ fn what_is_unsettled(rt: &tokio::runtime::Runtime, store: &EtcdStore, units: usi
     for unit in &status.units {
         match rt.block_on(store.queued(&unit.name)) {
             Ok(q) if q.is_empty() => {}
-            Ok(q) => return format!("{} has {} hooks queued", unit.name, q.len()),
+            Ok(q) => {
+                let first = &q[0];
+                return format!(
+                    "{} has {} hooks queued, first {} (seq {})",
+                    unit.name,
+                    q.len(),
+                    first.hook.name(),
+                    first.seq
+                );
+            }
             Err(e) => return format!("{}: {e}", unit.name),
         }
     }

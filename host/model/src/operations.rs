@@ -266,7 +266,7 @@ pub fn enqueue<T: ModelTx + ?Sized>(
 ) -> Result<Vec<QueuedHook>, StoreError> {
     let hooks: Vec<(String, Hook)> = hooks.into_iter().collect();
     let units: std::collections::BTreeSet<&str> = hooks.iter().map(|(u, _)| u.as_str()).collect();
-    let deferred = tx.defers_queueing(units.len())?;
+    let deferred = tx.defers_queueing(units.len(), hooks.len())?;
     let mut queued = Vec::new();
     for (unit, hook) in hooks {
         // The queue as it stands in this step: with the hooks this call queued.

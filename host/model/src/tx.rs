@@ -217,14 +217,14 @@ pub trait ModelTx {
             .map(|queue| crate::routing::coalesces(&queue, hook)))
     }
 
-    /// Whether the hooks this step is about to queue on `units` units go into the queues
-    /// after the step, from one record the step writes, rather than into each unit's queue
-    /// within it; once a step defers, the rest of its hooks are deferred too. A store whose
-    /// steps are bounded in size (etcd's transactions) defers when there are many units; a
+    /// Whether the `hooks` hooks this step is about to queue on `units` units go into the
+    /// queues after the step, from one record the step writes, rather than into each unit's
+    /// queue within it; once a step defers, the rest of its hooks are deferred too. A store
+    /// whose steps are bounded in size (etcd's transactions) defers when there are many; a
     /// deferred hook is queued as surely as the step is applied, but it is not in the step's
     /// answer: the store wakes the unit's agent when it reaches the queue.
-    fn defers_queueing(&mut self, units: usize) -> TxResult<bool> {
-        let _ = units;
+    fn defers_queueing(&mut self, units: usize, hooks: usize) -> TxResult<bool> {
+        let _ = (units, hooks);
         Ok(false)
     }
 

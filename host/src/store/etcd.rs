@@ -24,13 +24,33 @@
 //!
 //! # Hook queues and watches
 //!
-//! Each unit's queue is one key, `queues/<unit>`, so a change to it is one compare and one
-//! put. A hook's `seq` is made from the etcd revision the change read at, so seqs grow
-//! across the model and are never reused (hooks put in an outbox, below, take theirs from
-//! another half of the revision's, see [`OUTBOX_INDEX`]). Every host watches `queues/`: a
-//! hook queued by another host (relation-changed after a remote unit wrote its bag,
-//! leader-settings-changed after a new leader wrote its settings) wakes the unit's agent at
-//! once.
+//! Each queued hook is one key, `hooks/<unit>/<seq>` (the seq zero-padded, so key order is
+//! seq order), holding the hook. A hook's `seq` is made from the etcd revision the change
+//! read at, so seqs grow across the model and are never reused; the low bits that tell
+//! apart the hooks of one change start at a random offset, so two changes that read one
+//! revision rarely pick one seq (the one that commits second would run again: every hook
+//! key is created, never overwritten). Hooks put in an outbox, below, take theirs from
+//! another half of the revision's, see [`OUTBOX_INDEX`].
+//!
+//! Queueing a hook is one created key, whatever the queue holds: a thousand units firing
+//! relation-changed on one unit at once do not conflict over its queue, and a commit writes
+//! and sends to the watchers the hook it queues, not the queue. A change depends on a
+//! unit's queue only as far as it uses it: the hook it commits (still queued), and, when a
+//! hook it fires coalesces with one already waiting ([`super::routing::coalesces`]), the
+//! queue's first hook and that one, still queued. Taking a hook off is deleting its key.
+//! The first hook of a unit's queue is the one its agent runs, but for a race: a change
+//! that read its seq before the agent took up a later one, and committed after, sorts
+//! first. A hook that coalesces into the one running then is not lost: that hook's commit
+//! checks that what it read is unchanged ([`charm_model::snapshot::HookRead`]), so it
+//! either ran on a model that holds the change or runs again.
+//!
+//! Every host watches `hooks/`: a hook queued by another host (relation-changed after a
+//! remote unit wrote its bag, leader-settings-changed after a new leader wrote its
+//! settings) wakes the unit's agent at once.
+//!
+//! Format 1 kept each queue in one key, `queues/<unit>`; a host opening a model of format
+//! 1 moves its queues to format 2's keys first. Every host of a model runs one format:
+//! stop the model's hosts before starting upgraded ones.
 //!
 //! # Actions
 //!
@@ -51,12 +71,12 @@
 //! # Outboxes: hooks on many units
 //!
 //! etcd refuses transactions of more than `--max-txn-ops` operations or compares (128 by
-//! default). A change that queues hooks on more than [`DIRECT_QUEUES`] units (a commit
-//! firing relation-changed on every unit of a large application, a relation between large
-//! applications) does not write their queues: its `Txn` writes one key instead,
+//! default). A change that queues more than [`DIRECT_QUEUES`] hooks (a commit firing
+//! relation-changed on every unit of a large application, a relation between large
+//! applications) does not write them in their queues: its `Txn` writes one key instead,
 //! `outbox/<seq>`, listing the hooks with their seqs, and `outbox-cursor/<seq>`, how many
-//! of them reached their queues, is advanced by follow-up transactions that each move the
-//! hooks of at most [`DELIVERY_UNITS`] units into their queues, compared against the
+//! of them reached their queues, is advanced by follow-up transactions that each move at
+//! most [`DELIVERY_HOOKS`] hooks of [`DELIVERY_UNITS`] units into their queues, compared against the
 //! cursor so each hook is queued exactly once. The hooks are as durable as the change (one
 //! `Txn`); the host that made the change delivers them at once, and every host with agents
 //! looks for outboxes left behind (its host crashed) every [`OUTBOX_SWEEP`]. A hook
@@ -94,8 +114,8 @@ use crate::model::{
 
 /// What the `meta` key says about the data under a prefix.
 const PROGRAM: &str = "charm-host";
-/// The layout of the keys this host writes.
-const FORMAT: u32 = 1;
+/// The layout of the keys this host writes: 2 since each queued hook is a key of its own.
+const FORMAT: u32 = 2;
 /// How many times a model change is worked out again when another host changed what it
 /// read, before it fails as unavailable (transient: the caller retries later).
 const MAX_ATTEMPTS: u32 = 64;
@@ -109,12 +129,20 @@ const SEQ_INDEX_BITS: u32 = 20;
 /// delivery takes a seq already queued as delivered, and a commit dequeues by seq. (Two
 /// direct ones share the queue's key; two outboxes share their key, [`EtcdTx::seal`].)
 const OUTBOX_INDEX: usize = 1 << (SEQ_INDEX_BITS - 1);
-/// A change queuing hooks on more units than this writes an outbox instead (each direct
-/// queue is a put and up to two compares, against etcd's default limit of 128 each).
+/// Bits of the index of a hook a change queues directly: its place among them. The bits
+/// above, up to [`OUTBOX_INDEX`], hold the change's random offset.
+const DIRECT_INDEX_BITS: u32 = 12;
+/// A change queuing more hooks than this (or on more units) writes an outbox instead: each
+/// hook queued directly is a put and a compare, or up to two compares where it coalesces,
+/// and each unit a compare, against etcd's default limit of 128 operations and compares.
 pub const DIRECT_QUEUES: usize = 24;
 /// The units whose hooks one delivery transaction moves from an outbox into their queues:
-/// a put and two compares each.
+/// a compare each, and up to two for the hooks it coalesces with.
 pub const DELIVERY_UNITS: usize = 40;
+/// The hooks one delivery transaction moves at most: a put each.
+pub const DELIVERY_HOOKS: usize = 100;
+/// etcd's default limit on the compares (and, apart, the operations) of one transaction.
+const MAX_TXN_COMPARES: usize = 128;
 /// How often a host with agents looks for outboxes whose host did not deliver them.
 pub const OUTBOX_SWEEP: Duration = Duration::from_secs(1);
 
@@ -204,10 +232,23 @@ struct AppDoc {
     dying_units: Vec<String>,
 }
 
+/// A queued hook: as a step reads it from its key, and as format 1 kept it in a list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct QueueEntry {
     seq: u64,
     hook: Hook,
+}
+
+/// The hook queued at `key` (`hooks/<unit>/<seq>`), holding `value`.
+fn queue_entry(key: &str, value: &[u8]) -> Result<QueueEntry, StoreError> {
+    let seq = key
+        .rsplit_once('/')
+        .and_then(|(_, seq)| seq.parse().ok())
+        .ok_or_else(|| StoreError::Corrupt(format!("etcd key {key}: not a queued hook's key")))?;
+    Ok(QueueEntry {
+        seq,
+        hook: decode_value(key, value)?,
+    })
 }
 
 /// An application's document as decoded from one version of its key.
@@ -339,6 +380,15 @@ fn none_newer(prefix: &str, revision: i64) -> Compare {
     Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_prefix()
 }
 
+/// A random offset for the indexes of the hooks a step queues directly, below
+/// [`OUTBOX_INDEX`] once shifted by [`DIRECT_INDEX_BITS`].
+fn random_salt() -> usize {
+    use std::hash::BuildHasher;
+    // Each `RandomState` is keyed anew (randomly per thread, then counting up).
+    let random = std::collections::hash_map::RandomState::new().hash_one(0u8);
+    (random as usize) & ((1 << (SEQ_INDEX_BITS - 1 - DIRECT_INDEX_BITS)) - 1)
+}
+
 /// The seq of the `index`-th hook queued by a change that read at `revision`: above every
 /// seq queued by a change that revision could see.
 fn seq_at(revision: i64, index: usize) -> u64 {
@@ -414,8 +464,13 @@ impl EtcdStore {
     fn unit_key(&self, unit: &str) -> String {
         self.key(format_args!("units/{unit}"))
     }
-    fn queue_key(&self, unit: &str) -> String {
-        self.key(format_args!("queues/{unit}"))
+    /// The key of the hook queued on `unit` as `seq`.
+    fn hook_key(&self, unit: &str, seq: u64) -> String {
+        self.key(format_args!("hooks/{unit}/{seq:020}"))
+    }
+    /// The prefix of the hooks queued on `unit`.
+    fn hooks_prefix(&self, unit: &str) -> String {
+        self.key(format_args!("hooks/{unit}/"))
     }
     fn logs_key(&self, unit: &str) -> String {
         self.key(format_args!("logs/{unit}"))
@@ -485,10 +540,14 @@ impl EtcdStore {
                 Some(kv) => decode_value(&cursor_key, kv.value())?,
                 None => 0,
             };
-            // The next entries, up to the first of a unit beyond the batch's.
+            // The next entries, up to the first of a unit beyond the batch's, or the
+            // batch's last hook.
             let mut units: Vec<&str> = Vec::new();
             let mut to = from;
             for entry in &entries[from.min(entries.len())..] {
+                if to - from == DELIVERY_HOOKS {
+                    break;
+                }
                 if !units.contains(&entry.unit.as_str()) {
                     if units.len() == DELIVERY_UNITS {
                         break;
@@ -499,35 +558,58 @@ impl EtcdStore {
             }
             let unit_reads: Vec<Read> = units
                 .iter()
-                .flat_map(|u| [Read::Key(self.unit_key(u)), Read::Key(self.queue_key(u))])
+                .flat_map(|u| {
+                    [
+                        Read::Key(self.unit_key(u)),
+                        Read::Prefix(self.hooks_prefix(u)),
+                    ]
+                })
                 .collect();
             let got = self.read(&unit_reads, Some(revision)).await?;
             let mut compares = vec![
                 unchanged(key, Some(&outbox)),
                 unchanged(&cursor_key, cursor_kv.as_ref()),
             ];
+            // The hooks coalesced with, which must still be queued (module doc).
+            let mut coalesced_with: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
             let mut ops = Vec::new();
             let mut got = got.results.into_iter();
             for unit in &units {
                 let unit_kv = got.next().and_then(|kvs| kvs.into_iter().next());
-                let queue_kv = got.next().and_then(|kvs| kvs.into_iter().next());
-                let queue_key = self.queue_key(unit);
-                compares.push(unchanged(&self.unit_key(unit), unit_kv.as_ref()));
-                compares.push(unchanged(&queue_key, queue_kv.as_ref()));
+                let stored = got.next().unwrap_or_default();
+                let unit_key = self.unit_key(unit);
+                let created = unit_kv.as_ref().map_or(0, KeyValue::create_revision);
+                compares.push(Compare::create_revision(
+                    unit_key.as_str(),
+                    CompareOp::Equal,
+                    created,
+                ));
                 if unit_kv.is_none() {
                     // Removed since: changes no longer reach it.
                     continue;
                 }
-                let mut queue: Vec<QueueEntry> = match &queue_kv {
-                    Some(kv) => decode_value(&queue_key, kv.value())?,
-                    None => Vec::new(),
-                };
-                let mut changed = false;
+                // The queue as this delivery leaves it, each hook with its stored key-value.
+                let mut queue: Vec<(Option<&KeyValue>, QueueEntry)> = Vec::new();
+                for kv in &stored {
+                    let entry = queue_entry(&String::from_utf8_lossy(kv.key()), kv.value())?;
+                    queue.push((Some(kv), entry));
+                }
                 for entry in entries[from..to].iter().filter(|e| e.unit == *unit) {
-                    let hooks: Vec<Hook> = queue.iter().map(|q| q.hook.clone()).collect();
-                    if queue.iter().any(|q| q.seq == entry.seq)
-                        || super::routing::coalesces(&hooks, &entry.hook)
+                    if queue.iter().any(|(_, q)| q.seq == entry.seq) {
+                        continue;
+                    }
+                    let equal = queue
+                        .iter()
+                        .skip(1)
+                        .find(|(_, q)| q.hook == entry.hook)
+                        .map(|(kv, _)| *kv);
+                    // Within etcd's limit on compares; past it the hook is queued instead.
+                    if let Some(equal) = equal
+                        && compares.len() + coalesced_with.len() + 2 <= MAX_TXN_COMPARES
                     {
+                        for kv in [queue[0].0, equal].into_iter().flatten() {
+                            coalesced_with.insert(kv.key().to_vec(), kv.mod_revision());
+                        }
                         continue;
                     }
                     // In seq order behind the head, which may be running.
@@ -535,21 +617,25 @@ impl EtcdStore {
                         .iter()
                         .enumerate()
                         .skip(1)
-                        .find(|(_, q)| q.seq > entry.seq)
+                        .find(|(_, (_, q))| q.seq > entry.seq)
                         .map_or(queue.len(), |(i, _)| i);
-                    queue.insert(
-                        at,
-                        QueueEntry {
-                            seq: entry.seq,
-                            hook: entry.hook.clone(),
-                        },
-                    );
-                    changed = true;
-                }
-                if changed {
-                    ops.push(TxnOp::put(queue_key.as_str(), encode(&queue), None));
+                    let hook = QueueEntry {
+                        seq: entry.seq,
+                        hook: entry.hook.clone(),
+                    };
+                    queue.insert(at, (None, hook));
+                    ops.push(TxnOp::put(
+                        self.hook_key(unit, entry.seq),
+                        encode(&entry.hook),
+                        None,
+                    ));
                 }
             }
+            compares.extend(
+                coalesced_with
+                    .into_iter()
+                    .map(|(key, revision)| Compare::mod_revision(key, CompareOp::Equal, revision)),
+            );
             let done = to >= entries.len();
             if done {
                 ops.push(TxnOp::delete(key, None));
@@ -656,6 +742,52 @@ impl EtcdStore {
                 self.prefix, theirs.model, self.model
             )));
         }
+        if theirs.format < 2 {
+            self.migrate_queues(kv).await?;
+            tracing::info!(prefix = %self.prefix, "model moved to format {FORMAT}: a key per queued hook");
+        }
+        Ok(())
+    }
+
+    /// Moves format 1's queues (`queues/<unit>`, each a list) to a key per hook, then marks
+    /// the model format 2. Each unit's hooks are written while its list is still there, the
+    /// list deleted last: a migration cut short is taken up again from what is left, and
+    /// two hosts migrating at once write the same keys, once.
+    async fn migrate_queues(&self, meta: &KeyValue) -> Result<(), StoreError> {
+        let prefix = self.key("queues/");
+        let lists = self
+            .client
+            .kv_client()
+            .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(unavailable)?;
+        for kv in lists.kvs() {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            let unit = &key[prefix.len()..];
+            let queue: Vec<QueueEntry> = decode_value(&key, kv.value())?;
+            // Each write only while the list is as read: once another host has moved it
+            // (and its agents perhaps run some of its hooks) nothing is written again.
+            for batch in queue.chunks(DELIVERY_HOOKS) {
+                let puts = batch
+                    .iter()
+                    .map(|e| TxnOp::put(self.hook_key(unit, e.seq), encode(&e.hook), None))
+                    .collect();
+                if !self.write(vec![unchanged(&key, Some(kv))], puts).await? {
+                    break;
+                }
+            }
+            let delete = vec![TxnOp::delete(key.as_str(), None)];
+            self.write(vec![unchanged(&key, Some(kv))], delete).await?;
+        }
+        let meta_key = self.key("meta");
+        let mine = MetaDoc {
+            program: PROGRAM.into(),
+            format: FORMAT,
+            model: self.model.clone(),
+        };
+        let put = vec![TxnOp::put(meta_key.as_str(), encode(&mine), None)];
+        self.write(vec![unchanged(&meta_key, Some(meta))], put)
+            .await?;
         Ok(())
     }
 
@@ -715,7 +847,7 @@ impl EtcdStore {
     /// What an operator's change of the model reads: applications, units, their queues,
     /// relations and leases (anything else is fetched as the change asks for it).
     fn model_prefetch(&self) -> Vec<Read> {
-        ["apps/", "units/", "queues/", "relations/", "leases/"]
+        ["apps/", "units/", "hooks/", "relations/", "leases/"]
             .map(|p| Read::Prefix(self.key(p)))
             .to_vec()
     }
@@ -747,11 +879,12 @@ impl EtcdStore {
         }
     }
 
-    /// Watches `queues/` for as long as the store lives, waking the agent of each unit whose
+    /// Watches `hooks/` for as long as the store lives, waking the agent of each unit whose
     /// queue grew. After a broken watch every agent is woken, so none misses a hook.
     fn start_watch(self: &Arc<Self>) {
-        self.watch_prefix("queues/", EtcdStore::wake_all, |store, unit, event| {
+        self.watch_prefix("hooks/", EtcdStore::wake_all, |store, hook, event| {
             if event == EventType::Put
+                && let Some((unit, _seq)) = hook.rsplit_once('/')
                 && let Some(signal) = store
                     .signals
                     .lock()
@@ -1173,12 +1306,19 @@ struct EtcdTx<'s> {
     used_prefixes: BTreeSet<String>,
     /// Keys the operation creates: they must still be absent.
     created: BTreeSet<String>,
+    /// Keys whose existence the operation used, not their value: each must still have the
+    /// create revision it was read with (0: still absent).
+    existing: BTreeMap<String, i64>,
     /// The fence's lease key and term, if the operation checked a lease.
     lease_terms: BTreeMap<String, i64>,
     /// Buffered writes, by key: a value to put, or `None` to delete.
     writes: BTreeMap<String, Option<Vec<u8>>>,
-    /// Hooks queued so far in this run of the operation.
+    /// Hooks put in the outbox and log lines kept so far in this run of the operation.
     queued: usize,
+    /// Hooks queued directly so far in this run of the operation.
+    direct: usize,
+    /// The random offset of the indexes of the hooks this step queues directly.
+    salt: usize,
     /// Whether hooks queued from now on go to the outbox ([`ModelTx::defers_queueing`]).
     defer: bool,
     /// The hooks for the outbox, in order.
@@ -1198,9 +1338,12 @@ impl<'s> EtcdTx<'s> {
             used_keys: BTreeSet::new(),
             used_prefixes: BTreeSet::new(),
             created: BTreeSet::new(),
+            existing: BTreeMap::new(),
             lease_terms: BTreeMap::new(),
             writes: BTreeMap::new(),
             queued: 0,
+            direct: 0,
+            salt: random_salt(),
             defer: false,
             deferred: Vec::new(),
             outbox: None,
@@ -1243,9 +1386,11 @@ impl<'s> EtcdTx<'s> {
         self.used_keys.clear();
         self.used_prefixes.clear();
         self.created.clear();
+        self.existing.clear();
         self.lease_terms.clear();
         self.writes.clear();
         self.queued = 0;
+        self.direct = 0;
         self.defer = false;
         self.deferred.clear();
         self.outbox = None;
@@ -1281,11 +1426,23 @@ impl<'s> EtcdTx<'s> {
 
     /// The key-values under `prefix`, by key, as this step sees them.
     fn scan(&mut self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        self.scan_under(prefix, true)
+    }
+
+    /// [`scan`](Self::scan) without the step depending on what it finds: it depends on
+    /// the keys it then uses ([`depend`](Self::depend)).
+    fn peek(&mut self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        self.scan_under(prefix, false)
+    }
+
+    fn scan_under(&mut self, prefix: &str, depends: bool) -> Vec<(String, Vec<u8>)> {
         let Some(p) = self.covering_prefix(prefix).cloned() else {
             self.missing.push(Read::Prefix(prefix.to_string()));
             return Vec::new();
         };
-        self.used_prefixes.insert(p);
+        if depends {
+            self.used_prefixes.insert(p);
+        }
         let mut found: BTreeMap<String, Vec<u8>> = self
             .fetched
             .range(prefix.to_string()..)
@@ -1307,6 +1464,53 @@ impl<'s> EtcdTx<'s> {
 
     fn doc<T: DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>, StoreError> {
         self.get(key).map(|v| decode_value(key, &v)).transpose()
+    }
+
+    /// Makes the step depend on `key`, one it fetched, being unchanged (or still absent).
+    fn depend(&mut self, key: &str) {
+        if !self.writes.contains_key(key) {
+            self.used_keys.insert(key.to_string());
+        }
+    }
+
+    /// Whether `key` was fetched, alone or under a prefix; if not, it is noted as missing.
+    fn was_fetched(&mut self, key: &str) -> bool {
+        if self.fetched.contains_key(key) || self.covering_prefix(key).is_some() {
+            return true;
+        }
+        self.missing.push(Read::Key(key.to_string()));
+        false
+    }
+
+    /// `key`'s value as this step sees it, the step depending on that key alone even where
+    /// it was fetched under a prefix.
+    fn get_key(&mut self, key: &str) -> Option<Vec<u8>> {
+        if let Some(v) = self.writes.get(key) {
+            return v.clone();
+        }
+        if !self.was_fetched(key) {
+            return None;
+        }
+        self.used_keys.insert(key.to_string());
+        Some(self.fetched.get(key)?.as_ref()?.value().to_vec())
+    }
+
+    /// Whether `key` exists as this step sees it; the step depends on that alone (a change
+    /// of its value does not conflict with it).
+    fn exists(&mut self, key: &str) -> bool {
+        if let Some(v) = self.writes.get(key) {
+            return v.is_some();
+        }
+        if !self.was_fetched(key) {
+            return false;
+        }
+        let created = self
+            .fetched
+            .get(key)
+            .and_then(Option::as_ref)
+            .map_or(0, KeyValue::create_revision);
+        self.existing.insert(key.to_string(), created);
+        created != 0
     }
 
     fn put<T: Serialize>(&mut self, key: String, value: &T) {
@@ -1377,8 +1581,22 @@ impl<'s> EtcdTx<'s> {
         Ok(Some(read))
     }
 
+    /// `unit`'s queue, in order; the step depends on all of it.
     fn queue(&mut self, unit: &str) -> Result<Vec<QueueEntry>, StoreError> {
-        Ok(self.doc(&self.store.queue_key(unit))?.unwrap_or_default())
+        let prefix = self.store.hooks_prefix(unit);
+        self.scan(&prefix)
+            .iter()
+            .map(|(k, v)| queue_entry(k, v))
+            .collect()
+    }
+
+    /// `unit`'s queue, in order, with each hook's key; the step does not depend on it.
+    fn peek_queue(&mut self, unit: &str) -> Result<Vec<(String, QueueEntry)>, StoreError> {
+        let prefix = self.store.hooks_prefix(unit);
+        self.peek(&prefix)
+            .into_iter()
+            .map(|(k, v)| Ok((k.clone(), queue_entry(&k, &v)?)))
+            .collect()
     }
 
     /// The bags under one relation's bags prefix of these keys, in order.
@@ -1439,6 +1657,11 @@ impl<'s> EtcdTx<'s> {
             self.created
                 .iter()
                 .map(|k| Compare::create_revision(k.as_str(), CompareOp::Equal, 0)),
+        );
+        compares.extend(
+            self.existing.iter().map(|(k, created)| {
+                Compare::create_revision(k.as_str(), CompareOp::Equal, *created)
+            }),
         );
         // The leadership key is recreated with a new create revision by every new
         // leadership, and deleted when the lease lapses: this is the fence.
@@ -1520,11 +1743,10 @@ impl ModelTx for EtcdTx<'_> {
     }
 
     fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>> {
-        Ok(self
-            .queue(unit)?
-            .into_iter()
-            .find(|e| e.seq == seq)
-            .map(|e| e.hook))
+        let key = self.store.hook_key(unit, seq);
+        self.get_key(&key)
+            .map(|v| decode_value(&key, &v))
+            .transpose()
     }
 
     fn set_app_config(
@@ -1582,7 +1804,7 @@ impl ModelTx for EtcdTx<'_> {
             self.delete(self.store.unit_bag_key(rel.id, unit));
         }
         self.delete(self.store.unit_key(unit));
-        self.delete(self.store.queue_key(unit));
+        self.delete_under(&self.store.hooks_prefix(unit));
         self.delete(self.store.logs_key(unit));
         Ok(())
     }
@@ -1652,7 +1874,7 @@ impl ModelTx for EtcdTx<'_> {
     }
 
     fn unit_exists(&mut self, unit: &str) -> TxResult<bool> {
-        Ok(self.get(&self.store.unit_key(unit)).is_some())
+        Ok(self.exists(&self.store.unit_key(unit)))
     }
 
     fn unit(&mut self, unit: &str) -> TxResult<Option<UnitRecord>> {
@@ -1756,7 +1978,6 @@ impl ModelTx for EtcdTx<'_> {
         doc.units.push(name.to_string());
         self.put(self.store.app_key(app), &doc);
         self.create(self.store.unit_key(name), &UnitRecord::default());
-        self.put(self.store.queue_key(name), &Vec::<QueueEntry>::new());
         Ok(())
     }
 
@@ -1823,17 +2044,13 @@ impl ModelTx for EtcdTx<'_> {
     }
 
     fn dequeue(&mut self, unit: &str, seq: u64) -> TxResult<()> {
-        let mut queue = self.queue(unit)?;
-        queue.retain(|e| e.seq != seq);
-        self.put(self.store.queue_key(unit), &queue);
+        self.delete(self.store.hook_key(unit, seq));
         Ok(())
     }
 
     fn drop_first_queued(&mut self, unit: &str) -> TxResult<()> {
-        let mut queue = self.queue(unit)?;
-        if !queue.is_empty() {
-            queue.remove(0);
-            self.put(self.store.queue_key(unit), &queue);
+        if let Some(first) = self.queue(unit)?.first() {
+            self.delete(self.store.hook_key(unit, first.seq));
         }
         Ok(())
     }
@@ -1879,8 +2096,8 @@ impl ModelTx for EtcdTx<'_> {
         Ok(())
     }
 
-    fn defers_queueing(&mut self, units: usize) -> TxResult<bool> {
-        self.defer |= units > DIRECT_QUEUES;
+    fn defers_queueing(&mut self, units: usize, hooks: usize) -> TxResult<bool> {
+        self.defer |= units > DIRECT_QUEUES || hooks > DIRECT_QUEUES;
         Ok(self.defer)
     }
 
@@ -1889,9 +2106,22 @@ impl ModelTx for EtcdTx<'_> {
             // Decided as the hook reaches the queue, without reading it here.
             return Ok(Some(false));
         }
-        Ok(self
-            .queued_hooks(unit)?
-            .map(|queue| super::routing::coalesces(&queue, hook)))
+        if !self.unit_exists(unit)? {
+            return Ok(None);
+        }
+        // Depending only on the hooks it coalesces with (see the module doc), so that
+        // changes queueing on one unit at once do not conflict.
+        let queue = self.peek_queue(unit)?;
+        let Some((first, _)) = queue.first() else {
+            return Ok(Some(false));
+        };
+        let Some((equal, _)) = queue.iter().skip(1).find(|(_, e)| e.hook == *hook) else {
+            return Ok(Some(false));
+        };
+        let (first, equal) = (first.clone(), equal.clone());
+        self.depend(&first);
+        self.depend(&equal);
+        Ok(Some(true))
     }
 
     fn enqueue(&mut self, unit: &str, hook: &Hook) -> TxResult<u64> {
@@ -1906,14 +2136,14 @@ impl ModelTx for EtcdTx<'_> {
             });
             return Ok(seq);
         }
-        let seq = seq_at(self.revision, self.queued);
-        let mut queue = self.queue(unit)?;
-        self.queued += 1;
-        queue.push(QueueEntry {
-            seq,
-            hook: hook.clone(),
-        });
-        self.put(self.store.queue_key(unit), &queue);
+        assert!(
+            self.direct < 1 << DIRECT_INDEX_BITS,
+            "too many hooks in one change"
+        );
+        let seq = seq_at(self.revision, self.salt << DIRECT_INDEX_BITS | self.direct);
+        self.direct += 1;
+        // Created: a change that read this revision and picked this seq too conflicts.
+        self.create(self.store.hook_key(unit, seq), hook);
         Ok(seq)
     }
 }
@@ -1928,12 +2158,12 @@ impl EtcdStore {
                 Records::Apps => reads.push(Read::Prefix(self.key("apps/"))),
                 Records::Unit(unit) => reads.push(Read::Key(self.unit_key(unit))),
                 Records::Units => reads.push(Read::Prefix(self.key("units/"))),
-                Records::Queue(unit) => reads.push(Read::Key(self.queue_key(unit))),
-                Records::Queues => reads.push(Read::Prefix(self.key("queues/"))),
+                Records::Queue(unit) => reads.push(Read::Prefix(self.hooks_prefix(unit))),
+                Records::Queues => reads.push(Read::Prefix(self.key("hooks/"))),
                 Records::UnitsOf(hooks) => {
                     for (unit, _) in hooks {
                         reads.push(Read::Key(self.unit_key(unit)));
-                        reads.push(Read::Key(self.queue_key(unit)));
+                        reads.push(Read::Prefix(self.hooks_prefix(unit)));
                     }
                 }
                 Records::Relations => reads.push(Read::Prefix(self.key("relations/"))),
