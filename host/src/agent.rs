@@ -545,7 +545,7 @@ impl UnitAgent {
                     failures += 1;
                     let message = format!("hook failed: {:?}: {why}", hook.name());
                     tracing::warn!(unit = %self.unit, attempt = failures, "{message}");
-                    let _ = self.store.set_hook_error(&self.unit, Some(message)).await;
+                    let _ = self.store.hook_failed(&self.unit, seq, message).await;
                     if self.retry.max_attempts.is_some_and(|max| failures >= max) {
                         tracing::error!(unit = %self.unit, hook = %hook.name(), "awaiting error resolution");
                         if !self.halt().await {

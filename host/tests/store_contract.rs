@@ -3677,6 +3677,49 @@ mod etcd_only {
         let _ = m;
     }
 
+    /// Resolving a unit without a retry skips the hook its agent failed, even where another
+    /// sorts before it: one queued with a lower seq after the agent took the failing one up,
+    /// which etcd's queues allow (a change that read its seq earlier and committed later).
+    #[tokio::test]
+    async fn resolving_without_a_retry_skips_the_hook_that_failed() {
+        use etcd_client::Client;
+
+        let server = EtcdServer::start();
+        let a = open(&server, "m").await;
+        deploy(&a).await;
+        drain(&a, &ALL_UNITS).await;
+        let queued = a
+            .enqueue(vec![on("web/1", Hook::ConfigChanged)])
+            .await
+            .unwrap();
+        let failing = queued[0].seq;
+        let message = "hook failed: \"config-changed\"".to_string();
+        a.hook_failed("web/1", Some(failing), message)
+            .await
+            .unwrap();
+        let mut client = Client::connect([server.endpoint()], None).await.unwrap();
+        let earlier = serde_json::to_vec(&Hook::UpdateStatus).unwrap();
+        let key = format!("m/hooks/web/1/{:020}", failing - 1);
+        client.put(key, earlier, None).await.unwrap();
+        let queue = a.queued("web/1").await.unwrap();
+        assert_eq!(hooks_of(&queue), [Hook::UpdateStatus, Hook::ConfigChanged]);
+
+        assert_eq!(
+            a.resolve_unit("web/1", false).await.unwrap(),
+            Some(Hook::ConfigChanged)
+        );
+        assert_eq!(a.queued("web/1").await.unwrap(), queue[..1]);
+        // Resolving forgot which hook failed: in error with nothing recorded, the first.
+        a.set_hook_error("web/1", Some("failed".into()))
+            .await
+            .unwrap();
+        assert_eq!(
+            a.resolve_unit("web/1", false).await.unwrap(),
+            Some(Hook::UpdateStatus)
+        );
+        assert_eq!(a.queued("web/1").await.unwrap(), []);
+    }
+
     /// Hosts' commits firing a hook on one unit at once (the clients of one database), each
     /// queueing it as a key of its own whatever the others do: every hook arrives, once,
     /// each with a seq of its own.

@@ -108,10 +108,6 @@ impl HookQueue {
         }
     }
 
-    fn first(&self) -> Option<u64> {
-        self.hooks.first_key_value().map(|(seq, _)| *seq)
-    }
-
     fn iter(&self) -> impl Iterator<Item = (u64, &Hook)> {
         self.hooks.iter().map(|(seq, hook)| (*seq, hook))
     }
@@ -680,14 +676,6 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
         Ok(())
     }
 
-    fn drop_first_queued(&mut self, unit: &str) -> TxResult<()> {
-        let queue = &mut self.unit_mut(unit)?.queue;
-        if let Some(first) = queue.first() {
-            queue.remove(first);
-        }
-        Ok(())
-    }
-
     fn append_logs(&mut self, unit: &str, lines: &[LogRecord], keep: usize) -> TxResult<()> {
         let mut seq = self.records.next_log;
         let ring = &mut self.unit_mut(unit)?.logs;
@@ -760,7 +748,7 @@ mod tests {
         queue.push(3, &a);
         assert!(queue.waits_behind_first(&a), "a second one waits");
         queue.remove(1);
-        assert_eq!(queue.first(), Some(2));
+        assert_eq!(queue.iter().next(), Some((2, &b)));
         assert!(queue.waits_behind_first(&a));
         queue.remove(3);
         assert!(!queue.waits_behind_first(&a));
@@ -769,7 +757,7 @@ mod tests {
             "nothing kept for a hook gone"
         );
         queue.remove(2);
-        assert_eq!(queue.first(), None);
+        assert_eq!(queue.iter().next(), None);
         assert!(queue.counts.is_empty());
     }
 

@@ -284,8 +284,9 @@ pub fn enqueue<T: ModelTx + ?Sized>(
 }
 
 /// Resolves a unit in error, as `juju resolved` does: its failing hook runs again, or with
-/// `retry` false is skipped (taken off its queue). Returns the hook, at the head of its
-/// queue. A unit not in error is [`StoreError::Invalid`].
+/// `retry` false is skipped (taken off its queue). Returns the hook: the one recorded as
+/// failing ([`hook_failed`]) where the store keeps that, else the head of its queue. A unit
+/// not in error is [`StoreError::Invalid`].
 pub fn resolve_unit<T: ModelTx + ?Sized>(
     tx: &mut T,
     unit: &str,
@@ -297,16 +298,24 @@ pub fn resolve_unit<T: ModelTx + ?Sized>(
     if record.hook_error.is_none() {
         return Err(invalid(format!("unit {unit} is not in error")));
     }
-    let failed = tx
-        .queued_hooks(unit)?
-        .unwrap_or_default()
-        .into_iter()
-        .next();
-    if !retry && failed.is_some() {
-        tx.drop_first_queued(unit)?;
+    let recorded = match tx.failing_hook(unit)? {
+        Some(seq) => tx.queued_hook(unit, seq)?.map(|hook| (seq, hook)),
+        None => None,
+    };
+    let failed = match recorded {
+        Some(failed) => Some(failed),
+        None => tx
+            .queue_of(unit)?
+            .unwrap_or_default()
+            .into_iter()
+            .next()
+            .map(|q| (q.seq, q.hook)),
+    };
+    if !retry && let Some((seq, _)) = &failed {
+        tx.dequeue(unit, *seq)?;
     }
-    tx.set_hook_error(unit, None)?;
-    Ok(failed)
+    set_hook_error(tx, unit, None)?;
+    Ok(failed.map(|(_, hook)| hook))
 }
 
 /// Keeps what `unit`'s hook logged in its ring ([`LOG_RING`] lines), whether or not the
@@ -361,5 +370,21 @@ pub fn set_hook_error<T: ModelTx + ?Sized>(
     if !tx.unit_exists(unit)? {
         return Err(not_found(format!("unit {unit}")));
     }
+    if error.is_none() {
+        tx.note_failing(unit, None)?;
+    }
     tx.set_hook_error(unit, error)
+}
+
+/// Records that `unit`'s hook queued as `seq` failed with `message` (`seq` is `None` for a
+/// hook its agent made, leader-elected), so that resolving the unit without a retry skips
+/// that very hook.
+pub fn hook_failed<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    unit: &str,
+    seq: Option<u64>,
+    message: &str,
+) -> Result<(), StoreError> {
+    set_hook_error(tx, unit, Some(message))?;
+    tx.note_failing(unit, seq)
 }

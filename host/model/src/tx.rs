@@ -255,8 +255,20 @@ pub trait ModelTx {
     /// Takes the hook with this sequence number off the unit's queue.
     fn dequeue(&mut self, unit: &str, seq: u64) -> TxResult<()>;
 
-    /// Takes the first hook off the unit's queue, if there is one.
-    fn drop_first_queued(&mut self, unit: &str) -> TxResult<()>;
+    /// Records which of the unit's queued hooks is failing (`None`: none of them), for a
+    /// store whose queue's first hook is not always the one its agent runs (etcd's, in a
+    /// race, see its docs); others keep nothing and answer the queue's first.
+    fn note_failing(&mut self, unit: &str, seq: Option<u64>) -> TxResult<()> {
+        let _ = (unit, seq);
+        Ok(())
+    }
+
+    /// The queued hook recorded as failing on the unit ([`note_failing`](Self::note_failing)),
+    /// if the store keeps that.
+    fn failing_hook(&mut self, unit: &str) -> TxResult<Option<u64>> {
+        let _ = unit;
+        Ok(None)
+    }
 
     /// Puts a hook at the end of the unit's queue; its sequence number, above every one
     /// the model gave before.

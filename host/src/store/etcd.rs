@@ -475,6 +475,10 @@ impl EtcdStore {
     fn logs_key(&self, unit: &str) -> String {
         self.key(format_args!("logs/{unit}"))
     }
+    /// Which of the unit's queued hooks its agent failed ([`ModelTx::note_failing`]).
+    fn failing_key(&self, unit: &str) -> String {
+        self.key(format_args!("failing/{unit}"))
+    }
     fn lease_key(&self, app: &str) -> String {
         self.key(format_args!("leases/{app}"))
     }
@@ -1805,6 +1809,7 @@ impl ModelTx for EtcdTx<'_> {
         }
         self.delete(self.store.unit_key(unit));
         self.delete_under(&self.store.hooks_prefix(unit));
+        self.delete(self.store.failing_key(unit));
         self.delete(self.store.logs_key(unit));
         Ok(())
     }
@@ -2048,11 +2053,17 @@ impl ModelTx for EtcdTx<'_> {
         Ok(())
     }
 
-    fn drop_first_queued(&mut self, unit: &str) -> TxResult<()> {
-        if let Some(first) = self.queue(unit)?.first() {
-            self.delete(self.store.hook_key(unit, first.seq));
+    fn note_failing(&mut self, unit: &str, seq: Option<u64>) -> TxResult<()> {
+        let key = self.store.failing_key(unit);
+        match seq {
+            Some(seq) => self.put(key, &seq),
+            None => self.delete(key),
         }
         Ok(())
+    }
+
+    fn failing_hook(&mut self, unit: &str) -> TxResult<Option<u64>> {
+        self.doc(&self.store.failing_key(unit))
     }
 
     fn append_logs(&mut self, unit: &str, lines: &[LogRecord], keep: usize) -> TxResult<()> {

@@ -51,6 +51,7 @@ const OPERATIONS: &[&str] = &[
     "unit_bag",
     "unit_bags",
     "set_hook_error",
+    "hook_failed",
     "pod_spec",
     "status",
     "run_action",

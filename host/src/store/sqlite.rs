@@ -1768,14 +1768,6 @@ impl ModelTx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn drop_first_queued(&mut self, unit: &str) -> TxResult<()> {
-        self.exec(
-            "DELETE FROM hook_queue WHERE seq = (SELECT min(seq) FROM hook_queue WHERE unit = ?1)",
-            [unit],
-        )?;
-        Ok(())
-    }
-
     fn append_logs(&mut self, unit: &str, lines: &[LogRecord], keep: usize) -> TxResult<()> {
         for line in lines {
             let at_ms = i64::try_from(line.at_ms).unwrap_or(i64::MAX);

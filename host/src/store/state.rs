@@ -709,6 +709,26 @@ pub trait StateStore: Send + Sync {
         })
     }
 
+    /// Records that the unit's hook queued as `seq` (`None`: one its agent made) failed
+    /// with `message` ([`operations::hook_failed`]): resolving the unit without a retry
+    /// skips that hook.
+    fn hook_failed<'a>(
+        &'a self,
+        unit: &'a str,
+        seq: Option<u64>,
+        message: String,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let reads = [Records::Unit(unit)];
+            run(
+                self,
+                Step::write("hook_failed", "error status of", unit, &reads),
+                |tx| operations::hook_failed(tx, unit, seq, &message),
+            )
+            .await
+        })
+    }
+
     /// The application's pod spec, if it has one.
     fn pod_spec<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Option<PodSpecRecord>> {
         Box::pin(async move {
