@@ -95,5 +95,17 @@ pub fn follow_ups<'u, R: std::borrow::Borrow<RelationRecord>>(
 /// Whether `hook` coalesces into `queue` (the unit's queued hooks, in order) and so need not
 /// be queued: an equal hook already waits there behind the first, which may be running.
 pub fn coalesces(queue: &[Hook], hook: &Hook) -> bool {
-    queue.iter().skip(1).any(|h| h == hook)
+    coalesces_with(queue, hook).is_some()
+}
+
+/// Where in `queue` (a unit's queued hooks, in order) the hook is that `hook` coalesces
+/// with ([`coalesces`]), if any: a store that must check that hook is still queued when the
+/// change applies (etcd's) depends on it, and on the first.
+pub fn coalesces_with<'q>(queue: impl IntoIterator<Item = &'q Hook>, hook: &Hook) -> Option<usize> {
+    queue
+        .into_iter()
+        .enumerate()
+        .skip(1)
+        .find(|(_, h)| *h == hook)
+        .map(|(at, _)| at)
 }

@@ -602,11 +602,9 @@ impl EtcdStore {
                     if queue.iter().any(|(_, q)| q.seq == entry.seq) {
                         continue;
                     }
-                    let equal = queue
-                        .iter()
-                        .skip(1)
-                        .find(|(_, q)| q.hook == entry.hook)
-                        .map(|(kv, _)| *kv);
+                    let hooks = queue.iter().map(|(_, q)| &q.hook);
+                    let equal =
+                        super::routing::coalesces_with(hooks, &entry.hook).map(|at| queue[at].0);
                     // Within etcd's limit on compares; past it the hook is queued instead.
                     if let Some(equal) = equal
                         && compares.len() + coalesced_with.len() + 2 <= MAX_TXN_COMPARES
@@ -2123,13 +2121,11 @@ impl ModelTx for EtcdTx<'_> {
         // Depending only on the hooks it coalesces with (see the module doc), so that
         // changes queueing on one unit at once do not conflict.
         let queue = self.peek_queue(unit)?;
-        let Some((first, _)) = queue.first() else {
+        let hooks = queue.iter().map(|(_, e)| &e.hook);
+        let Some(at) = super::routing::coalesces_with(hooks, hook) else {
             return Ok(Some(false));
         };
-        let Some((equal, _)) = queue.iter().skip(1).find(|(_, e)| e.hook == *hook) else {
-            return Ok(Some(false));
-        };
-        let (first, equal) = (first.clone(), equal.clone());
+        let (first, equal) = (queue[0].0.clone(), queue[at].0.clone());
         self.depend(&first);
         self.depend(&equal);
         Ok(Some(true))
