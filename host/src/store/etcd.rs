@@ -2167,6 +2167,7 @@ impl EtcdStore {
                 Records::Units => reads.push(Read::Prefix(self.key("units/"))),
                 Records::Queue(unit) => reads.push(Read::Prefix(self.hooks_prefix(unit))),
                 Records::Queues => reads.push(Read::Prefix(self.key("hooks/"))),
+                Records::QueuedHook(unit, seq) => reads.push(Read::Key(self.hook_key(unit, seq))),
                 Records::UnitsOf(hooks) => {
                     for (unit, _) in hooks {
                         reads.push(Read::Key(self.unit_key(unit)));

@@ -45,6 +45,9 @@ pub enum Records<'a> {
     Queue(&'a str),
     /// Every hook queue.
     Queues,
+    /// One hook queued on the unit, by its seq (a commit's: the rest of the queue may be
+    /// long, and it needs only that hook).
+    QueuedHook(&'a str, u64),
     /// The records and queues of the units these hooks are for.
     UnitsOf(&'a [(String, Hook)]),
     /// Every relation.
@@ -672,9 +675,9 @@ pub trait StateStore: Send + Sync {
             let app = app_of(unit);
             let owner_lease = charm_model::ownership_lease(unit);
             let owned = [Records::Lease(&owner_lease)];
+            let queued = request.hook.map(|seq| Records::QueuedHook(unit, seq));
             let reads = [
                 Records::Unit(unit),
-                Records::Queue(unit),
                 Records::Apps,
                 Records::Relations,
                 Records::LeaderData(app),
@@ -683,10 +686,9 @@ pub trait StateStore: Send + Sync {
                 Records::AppStatus(app),
                 Records::BagsWritten(request.changes, unit),
             ];
-            let reads: Vec<Records<'_>> = match request.owner {
-                Some(_) => reads.iter().chain(&owned).copied().collect(),
-                None => reads.to_vec(),
-            };
+            let owned = request.owner.map(|_| owned.as_slice()).unwrap_or_default();
+            let reads: Vec<Records<'_>> =
+                reads.iter().chain(owned).chain(&queued).copied().collect();
             run(
                 self,
                 Step::write("commit", "commit of", unit, &reads),
