@@ -383,6 +383,22 @@ fn postgresql_publishes_each_request_once_and_only_as_leader() {
     assert_eq!(server_events(&again), []);
     assert_eq!(again.state, out.state);
 
+    // The units let in are compared when a unit joins, not on every change: a change
+    // costs the same at two client units or ten thousand.
+    let mut more = out.state.clone();
+    more.relations[0]
+        .remote_units
+        .insert("client/2".into(), Default::default());
+    let rel = more.relations[0].clone();
+    let changed = ctx.run(rel.changed(Some("client/0")), more.clone());
+    assert_eq!(server_events(&changed), []);
+    let joined = ctx.run(rel.joined("client/2"), more);
+    assert_eq!(server_events(&joined).len(), 1, "republished on joining");
+    assert_eq!(
+        joined.state.relation_by_id(3).unwrap().local_app_data["allowed-units"],
+        "client/0 client/1 client/2"
+    );
+
     // A client unit leaves: republished with the units let in now.
     let mut fewer = out.state.clone();
     fewer.relations[0].remote_units.remove("client/1");
