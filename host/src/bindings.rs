@@ -2,13 +2,12 @@
 //! runs: the current version at the root (the host's own code speaks it), and each older
 //! frozen version in a module of its own, whose imports delegate to the current ones (see
 //! `imports::v0_1`), as Spin keeps its older `fermyon:spin` worlds. A version that only adds
-//! to the one before it (0.2.1 to 0.2.0, 0.2.2 to 0.2.1, 0.2.3 to 0.2.2) needs no module: the
-//! linker gives a charm importing `@0.2.0`, `@0.2.1` or `@0.2.2` the `@0.2.3` imports, as
-//! semver allows.
+//! to the one before it (0.2.1 to 0.2.0, and so on to 0.2.4) needs no module: the linker
+//! gives a charm importing `@0.2.0` to `@0.2.3` the `@0.2.4` imports, as semver allows.
 
 wasmtime::component::bindgen!({
-    path: "../wit/0.2.3",
-    world: "juju:charm/charm@0.2.3",
+    path: "../wit/0.2.4",
+    world: "juju:charm/charm@0.2.4",
 });
 
 pub use juju::charm::types;

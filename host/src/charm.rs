@@ -43,9 +43,9 @@ const CHARM_INTERFACES: &[&str] = &[
     "network",
 ];
 /// The package and version of the current contract, which the SDK builds charms against.
-pub const WIT_PACKAGE: &str = "juju:charm@0.2.3";
+pub const WIT_PACKAGE: &str = "juju:charm@0.2.4";
 /// Every contract version this host runs, oldest first.
-pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.2.1", "0.2.2", "0.2.3"];
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.2.1", "0.2.2", "0.2.3", "0.2.4"];
 
 /// The version of the contract a charm was built against; it decides which world's
 /// bindings read its metadata and which imports it links to.
@@ -54,18 +54,21 @@ pub enum ContractVersion {
     /// `juju:charm@0.1.0`, frozen: actions without declared parameters.
     V0_1,
     /// `juju:charm@0.2.0`, frozen: actions declare typed parameters. Its imports are
-    /// 0.2.3's less what the later patches added, so its charms link to 0.2.3's as semver
-    /// says (`juju:charm/relations@0.2.0` is satisfied by `@0.2.3`).
+    /// 0.2.4's less what the later patches added, so its charms link to 0.2.4's as semver
+    /// says (`juju:charm/relations@0.2.0` is satisfied by `@0.2.4`).
     V0_2,
     /// `juju:charm@0.2.1`, frozen: adds `network` (Juju's `network-get`).
     V0_2_1,
     /// `juju:charm@0.2.2`, frozen: adds `relation-get-packed`, a relation's unit names in
     /// one string.
     V0_2_2,
-    /// `juju:charm@0.2.3`, the current one: adds `unit-data-inline` and `app-data-inline`,
-    /// a bag with its long values left out, and `unit-data-value` and `app-data-value`,
-    /// one value of a bag.
+    /// `juju:charm@0.2.3`, frozen: adds `unit-data-inline` and `app-data-inline`, a bag
+    /// with its long values left out, and `unit-data-value` and `app-data-value`, one value
+    /// of a bag.
     V0_2_3,
+    /// `juju:charm@0.2.4`, the current one: adds `relation-get-summary`, a relation without
+    /// its units, and `relation-list-packed`, its units alone.
+    V0_2_4,
 }
 
 impl ContractVersion {
@@ -77,6 +80,7 @@ impl ContractVersion {
             ContractVersion::V0_2_1 => "0.2.1",
             ContractVersion::V0_2_2 => "0.2.2",
             ContractVersion::V0_2_3 => "0.2.3",
+            ContractVersion::V0_2_4 => "0.2.4",
         }
     }
 
@@ -87,6 +91,7 @@ impl ContractVersion {
             "0.2.1" => Some(ContractVersion::V0_2_1),
             "0.2.2" => Some(ContractVersion::V0_2_2),
             "0.2.3" => Some(ContractVersion::V0_2_3),
+            "0.2.4" => Some(ContractVersion::V0_2_4),
             _ => None,
         }
     }
@@ -526,14 +531,15 @@ fn contract_of(
         ContractVersion::V0_2
         | ContractVersion::V0_2_1
         | ContractVersion::V0_2_2
-        | ContractVersion::V0_2_3 => CharmPre::new(pre.clone()).map(drop),
+        | ContractVersion::V0_2_3
+        | ContractVersion::V0_2_4 => CharmPre::new(pre.clone()).map(drop),
         ContractVersion::V0_1 => bindings::v0_1::CharmPre::new(pre.clone()).map(drop),
     };
     match imported {
         Some(version) => matches(version)
             .map(|()| version)
             .map_err(|e| format!("its exports do not match contract {version}: {e:#}")),
-        None => [ContractVersion::V0_2_3, ContractVersion::V0_1]
+        None => [ContractVersion::V0_2_4, ContractVersion::V0_1]
             .into_iter()
             .find(|&v| matches(v).is_ok())
             .ok_or_else(|| {
@@ -676,7 +682,8 @@ impl Charm {
             ContractVersion::V0_2
             | ContractVersion::V0_2_1
             | ContractVersion::V0_2_2
-            | ContractVersion::V0_2_3 => CharmBindings::new(&mut store, &instance)
+            | ContractVersion::V0_2_3
+            | ContractVersion::V0_2_4 => CharmBindings::new(&mut store, &instance)
                 .map_err(wrong_world)?
                 .call_metadata(&mut store)
                 .map_err(wasm)?,

@@ -99,8 +99,8 @@ pub mod wit {
     //! The generated bindings. Charm code uses the typed API instead.
     #![allow(missing_docs, clippy::too_many_arguments)]
     wit_bindgen::generate!({
-        path: "../wit/0.2.3",
-        world: "juju:charm/charm@0.2.3",
+        path: "../wit/0.2.4",
+        world: "juju:charm/charm@0.2.4",
         pub_export_macro: true,
         default_bindings_module: "charm_sdk::wit",
         generate_all,

@@ -60,7 +60,7 @@ fn builds_the_template_into_a_stripped_module_and_inspects_it() {
         "{} still has debug sections",
         module.display()
     );
-    assert_eq!(out["contract"], "juju:charm@0.2.3");
+    assert_eq!(out["contract"], "juju:charm@0.2.4");
     assert_eq!(out["metadata"]["name"], "template");
     assert_eq!(out["metadata"]["relations"][0]["name"], "db");
     assert_eq!(out["metadata"]["actions"][0]["name"], "greet");

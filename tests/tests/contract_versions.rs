@@ -1,5 +1,5 @@
 //! Contract versions: the host runs charms built against every version it supports (the
-//! frozen `juju:charm@0.1.0`, `0.2.0`, `0.2.1` and `0.2.2`, and the current 0.2.3) through the
+//! frozen `juju:charm@0.1.0` and `0.2.0` to `0.2.3`, and the current 0.2.4) through the
 //! same model rules, and refuses a component of any other version naming the versions it
 //! runs.
 
@@ -75,7 +75,7 @@ fn a_charm_built_against_0_1_0_runs_its_hooks_under_the_current_rules() {
 #[test]
 fn a_charm_of_the_current_contract_declares_typed_action_parameters() {
     let charm = runtime().load_file(Path::new(guests::KV)).unwrap();
-    assert_eq!(charm.contract_version(), ContractVersion::V0_2_3);
+    assert_eq!(charm.contract_version(), ContractVersion::V0_2_4);
     let put = charm
         .metadata()
         .actions
@@ -106,10 +106,13 @@ fn a_component_of_an_unknown_contract_version_is_refused_naming_the_versions_run
     assert!(matches!(err, LoadError::WrongWorld { .. }), "{text}");
     assert!(text.contains("`juju:charm/log@9.9.9`"), "{text}");
     assert!(text.contains("\"9.9.9\""), "{text}");
-    assert!(text.contains("0.1.0, 0.2.0, 0.2.1, 0.2.2, 0.2.3"), "{text}");
+    assert!(
+        text.contains("0.1.0, 0.2.0, 0.2.1, 0.2.2, 0.2.3, 0.2.4"),
+        "{text}"
+    );
     assert_eq!(
         SUPPORTED_VERSIONS,
-        ["0.1.0", "0.2.0", "0.2.1", "0.2.2", "0.2.3"]
+        ["0.1.0", "0.2.0", "0.2.1", "0.2.2", "0.2.3", "0.2.4"]
     );
 }
 
@@ -122,7 +125,7 @@ fn a_component_of_neither_world_is_refused_naming_the_versions_run() {
     let text = err.to_string();
     assert!(
         text.contains(
-            "not a charm of world `juju:charm/charm` at a version this host runs (0.1.0, 0.2.0, 0.2.1, 0.2.2, 0.2.3)"
+            "not a charm of world `juju:charm/charm` at a version this host runs (0.1.0, 0.2.0, 0.2.1, 0.2.2, 0.2.3, 0.2.4)"
         ),
         "{text}"
     );
@@ -158,7 +161,7 @@ fn inspect_shows_the_contract_version_and_the_action_parameters() {
     };
     let (ok, kv, stderr) = inspect(guests::KV);
     assert!(ok, "{stderr}");
-    assert!(kv.contains("Contract  juju:charm@0.2.3"), "{kv}");
+    assert!(kv.contains("Contract  juju:charm@0.2.4"), "{kv}");
     let rows: Vec<Vec<&str>> = kv
         .lines()
         .skip_while(|l| !l.starts_with("Action  Parameter"))
@@ -183,7 +186,7 @@ fn inspect_shows_the_contract_version_and_the_action_parameters() {
     let (ok, _, stderr) = inspect(guests::CONTRACT_UNKNOWN);
     assert!(!ok, "a 9.9.9 component was inspected");
     assert!(
-        stderr.contains("at a version this host runs (0.1.0, 0.2.0, 0.2.1, 0.2.2, 0.2.3)")
+        stderr.contains("at a version this host runs (0.1.0, 0.2.0, 0.2.1, 0.2.2, 0.2.3, 0.2.4)")
             && stderr.contains("contract version \"9.9.9\" is not one this host runs"),
         "{stderr}"
     );
@@ -192,7 +195,7 @@ fn inspect_shows_the_contract_version_and_the_action_parameters() {
 #[test]
 fn a_charm_built_against_0_2_0_links_to_the_current_imports_and_runs() {
     // The empty guest is built straight on the 0.2.0 bindings: it instantiates only if each
-    // of its `@0.2.0` imports links to the host's `@0.2.3` one.
+    // of its `@0.2.0` imports links to the host's `@0.2.4` one.
     let charm = runtime().load_file(Path::new(guests::EMPTY)).unwrap();
     assert_eq!(charm.contract_version(), ContractVersion::V0_2);
     let ctx = WasmContext::new(&runtime(), guests::EMPTY).expect("the guest loads");
@@ -231,7 +234,8 @@ fn a_charm_built_against_0_2_1_gets_a_relations_units_as_a_list() {
 
 #[test]
 fn a_charm_of_the_current_contract_gets_the_same_units_packed() {
-    // The SDK asks with 0.2.2's `relation-get-packed`; what the charm sees is the same list.
+    // The SDK asks with 0.2.4's `relation-list-packed` when the charm lists the units; what
+    // the charm sees is the same list, as 0.2.2's `relation-get-packed` gives it too.
     let ctx = WasmContext::new(&runtime(), guests::PROBE)
         .expect("the guest loads")
         .unit("probe/0");
@@ -246,6 +250,11 @@ fn a_charm_of_the_current_contract_gets_the_same_units_packed() {
     );
     assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
     assert_eq!(out.state.stored["units"], "\"pg/1,pg/10,pg/2\"");
+    // Each recorded as its `Debug` text, in JSON.
+    let listed = r#""\"pg/1\\npg/10\\npg/2\\n\"""#;
+    assert_eq!(out.state.stored["listed"], listed);
+    assert_eq!(out.state.stored["packed"], listed);
+    assert_eq!(out.state.stored["summary"], r#""(5, \"db\", \"pg\")""#);
 
     // And a relation no unit has joined yet: no names, not one empty name.
     let out = ctx.run(

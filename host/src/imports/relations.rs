@@ -2,7 +2,7 @@ use std::collections::BTreeSet;
 
 use charm_model::access::{self, Side};
 
-use crate::bindings::juju::charm::relations::{Host, Relation, RelationPacked};
+use crate::bindings::juju::charm::relations::{Host, Relation, RelationPacked, RelationSummary};
 use crate::bindings::types::Error;
 use crate::context::{BagOf, HookContext};
 use crate::model::{Bag, BagWrites, RelationView};
@@ -111,6 +111,19 @@ impl Host for HookContext {
             remote_app: r.remote_app.clone(),
             remote_units: r.remote_units.packed().to_owned(),
         })
+    }
+
+    fn relation_get_summary(&mut self, id: u32) -> Result<RelationSummary, Error> {
+        let r = relation(self, id)?;
+        Ok(RelationSummary {
+            id,
+            name: r.endpoint.clone(),
+            remote_app: r.remote_app.clone(),
+        })
+    }
+
+    fn relation_list_packed(&mut self, id: u32) -> Result<String, Error> {
+        Ok(relation(self, id)?.remote_units.packed().to_owned())
     }
 
     fn unit_data(&mut self, id: u32, unit: String) -> Result<Vec<(String, String)>, Error> {

@@ -35,6 +35,7 @@ pub(crate) struct Cached<B> {
     config_all: Option<Vec<(String, ConfigValue)>>,
     relation_ids: BTreeMap<String, Vec<u32>>,
     relations: BTreeMap<u32, RelationInfo>,
+    remote_units: BTreeMap<u32, crate::RemoteUnits>,
     bags: BTreeMap<(u32, Owner), BagRead>,
     unit_status: Option<Status>,
     app_status: Option<Status>,
@@ -53,6 +54,7 @@ impl<B> Cached<B> {
             config_all: None,
             relation_ids: BTreeMap::new(),
             relations: BTreeMap::new(),
+            remote_units: BTreeMap::new(),
             bags: BTreeMap::new(),
             unit_status: None,
             app_status: None,
@@ -77,6 +79,7 @@ impl<B> Cached<B> {
             config_all,
             relation_ids,
             relations,
+            remote_units,
             bags,
             unit_status,
             app_status,
@@ -89,6 +92,7 @@ impl<B> Cached<B> {
         *config_all = None;
         relation_ids.clear();
         relations.clear();
+        remote_units.clear();
         bags.clear();
         *unit_status = None;
         *app_status = None;
@@ -167,6 +171,11 @@ impl<B: Backend> Backend for Cached<B> {
     fn relation_get(&mut self, id: u32) -> Result<RelationInfo> {
         let inner = &mut self.inner;
         kept_unless_refused(&mut self.relations, id, || inner.relation_get(id))
+    }
+
+    fn remote_units(&mut self, id: u32) -> Result<crate::RemoteUnits> {
+        let inner = &mut self.inner;
+        kept_unless_refused(&mut self.remote_units, id, || inner.remote_units(id))
     }
 
     fn unit_data(&mut self, id: u32, unit: &str) -> Result<BagRead> {
@@ -287,6 +296,7 @@ mod tests {
         ConfigGetAll,
         RelationIds(&'static str),
         RelationGet(u32),
+        RemoteUnits(u32),
         UnitData(u32, &'static str),
         AppData(u32, &'static str),
         UnitDataValue(u32, &'static str, &'static str),
@@ -333,6 +343,7 @@ mod tests {
             Just(Op::ConfigGetAll),
             proptest::sample::select(&["db", "peers", "none"][..]).prop_map(Op::RelationIds),
             id.clone().prop_map(Op::RelationGet),
+            id.clone().prop_map(Op::RemoteUnits),
             (id.clone(), unit.clone()).prop_map(|(i, u)| Op::UnitData(i, u)),
             (id.clone(), app.clone()).prop_map(|(i, a)| Op::AppData(i, a)),
             (id.clone(), unit.clone(), key.clone())
@@ -362,6 +373,7 @@ mod tests {
             Op::ConfigGetAll => format!("{:?}", b.config_get_all()),
             Op::RelationIds(n) => format!("{:?}", b.relation_ids(n)),
             Op::RelationGet(id) => format!("{:?}", b.relation_get(*id)),
+            Op::RemoteUnits(id) => format!("{:?}", b.remote_units(*id).map(|u| u.to_vec())),
             Op::UnitData(id, u) => format!("{:?}", b.unit_data(*id, u)),
             Op::AppData(id, a) => format!("{:?}", b.app_data(*id, a)),
             Op::UnitDataValue(id, u, k) => format!("{:?}", b.unit_data_value(*id, u, k)),
@@ -433,6 +445,28 @@ mod tests {
             prop_assert_eq!(format!("{:?}", plain.writes), format!("{:?}", behind.writes));
             prop_assert!(behind.calls <= plain.calls);
         }
+    }
+
+    #[test]
+    fn a_relations_units_are_asked_for_when_listed_and_once() {
+        let hook = host(true);
+        let info = HookBackend(hook.clone()).relation_get(1).unwrap();
+        let before = hook.borrow().calls;
+        let backend = Box::new(Cached::new(HookBackend(hook.clone())));
+        crate::backend::install(backend, || {
+            let relation = crate::Relation::new(info, "app/0".into(), "app".into());
+            let copy = relation.clone();
+            assert_eq!((relation.id(), relation.name()), (1, "db"));
+            assert_eq!(
+                hook.borrow().calls,
+                before,
+                "looked at, not listed: no call"
+            );
+            assert_eq!(relation.remote_units().to_vec(), ["db/0"]);
+            assert_eq!(copy.remote_units().to_vec(), ["db/0"]);
+            assert_eq!(relation, copy);
+            assert_eq!(hook.borrow().calls, before + 1, "listed twice, asked once");
+        });
     }
 
     #[test]

@@ -57,15 +57,13 @@ impl BagRead {
     }
 }
 
-/// A relation as the host describes it.
+/// A relation as the host describes it, less its remote units ([`Backend::remote_units`]):
+/// a hook that never lists them never copies them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RelationInfo {
     pub id: u32,
     pub name: String,
     pub remote_app: String,
-    /// Shared: the read cache hands the same list to every `Relation` of the hook, so a
-    /// 10,000-unit relation's names are not copied at each look.
-    pub remote_units: crate::RemoteUnits,
 }
 
 /// Everything the charm may ask of the host: one method per WIT function, in SDK types.
@@ -82,6 +80,9 @@ pub(crate) trait Backend {
 
     fn relation_ids(&mut self, name: &str) -> Vec<u32>;
     fn relation_get(&mut self, id: u32) -> Result<RelationInfo>;
+    /// A relation's remote units. Shared: the read cache hands the same list to every
+    /// `Relation` of the hook, so a 10,000-unit relation's names are copied once at most.
+    fn remote_units(&mut self, id: u32) -> Result<crate::RemoteUnits>;
     /// A unit's bag, its values longer than [`INLINE_MAX`] left out.
     fn unit_data(&mut self, id: u32, unit: &str) -> Result<BagRead>;
     /// An application's bag, its values longer than [`INLINE_MAX`] left out.
@@ -148,14 +149,18 @@ mod wit_backend {
             relations::relation_ids(name)
         }
         fn relation_get(&mut self, id: u32) -> Result<RelationInfo> {
-            // Packed: one copy of the names into the charm, kept as it came.
-            let r = relations::relation_get_packed(id)?;
+            let r = relations::relation_get_summary(id)?;
             Ok(RelationInfo {
                 id: r.id,
                 name: r.name,
                 remote_app: r.remote_app,
-                remote_units: crate::RemoteUnits::from_packed(r.remote_units),
             })
+        }
+        fn remote_units(&mut self, id: u32) -> Result<crate::RemoteUnits> {
+            // Packed: one copy of the names into the charm, kept as it came.
+            Ok(crate::RemoteUnits::from_packed(
+                relations::relation_list_packed(id)?,
+            ))
         }
         fn unit_data(&mut self, id: u32, unit: &str) -> Result<BagRead> {
             Ok(BagRead::inline(relations::unit_data_inline(

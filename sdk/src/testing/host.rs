@@ -431,8 +431,14 @@ impl Backend for HookBackend {
             id,
             name: r.endpoint.clone(),
             remote_app: h.remote_app_of(r),
-            remote_units: crate::RemoteUnits::from_names(r.remote_units.keys()),
         })
+    }
+
+    fn remote_units(&mut self, id: u32) -> Result<crate::RemoteUnits> {
+        let mut h = self.0.borrow_mut();
+        h.call();
+        let r = h.relation(id)?;
+        Ok(crate::RemoteUnits::from_names(r.remote_units.keys()))
     }
 
     fn unit_data(&mut self, id: u32, unit: &str) -> Result<BagRead> {

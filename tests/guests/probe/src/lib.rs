@@ -66,6 +66,22 @@ impl Charm for Probe {
             // The units of the db relation, as the SDK hands them to a charm.
             let units = model.relation("db")?.map(|db| db.remote_units().join(","));
             model.stored().set("units", &units.unwrap_or_default())?;
+            // And as the host's calls give them: 0.2.4's summary and list, and 0.2.2's
+            // packed relation, which the SDK no longer asks for.
+            use charm_sdk::wit::juju::charm::relations;
+            for id in relations::relation_ids("db") {
+                let summary =
+                    relations::relation_get_summary(id).map_err(charm_sdk::Error::from)?;
+                record(
+                    model,
+                    "summary",
+                    &(summary.id, summary.name, summary.remote_app),
+                )?;
+                let listed = relations::relation_list_packed(id).map_err(charm_sdk::Error::from)?;
+                let packed = relations::relation_get_packed(id).map_err(charm_sdk::Error::from)?;
+                record(model, "listed", &listed)?;
+                record(model, "packed", &packed.remote_units)?;
+            }
             return Ok(());
         }
         if mode == "bags" {
