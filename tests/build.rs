@@ -15,6 +15,7 @@ const GUESTS: &[&str] = &[
     "hostile",
     "contract-v0-1",
     "contract-v0-2-1",
+    "contract-v0-2-3",
     "contract-unknown",
 ];
 

@@ -1,7 +1,8 @@
-use std::cell::{Cell, OnceCell, RefCell};
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::rc::Rc;
+use std::sync::OnceLock;
 
 use crate::backend::{self, BagRead, Deferred, Entries, RelationInfo};
 use crate::error::Result;
@@ -22,7 +23,7 @@ pub struct Relation {
     remote_app: String,
     /// Asked of the host the first time they are: a hook that never lists a relation's
     /// units never copies them (about 150 KiB for 10,000 units).
-    remote_units: OnceCell<crate::RemoteUnits>,
+    remote_units: OnceLock<crate::RemoteUnits>,
     local_unit: String,
     local_app: String,
 }
@@ -33,13 +34,16 @@ impl fmt::Debug for Relation {
             .field("id", &self.id)
             .field("name", &self.name)
             .field("remote_app", &self.remote_app)
-            .field("remote_units", self.remote_units())
+            // Not asked for here: printing a relation is no reason to copy its units.
+            .field("remote_units", &self.remote_units.get())
             .field("local_unit", &self.local_unit)
             .field("local_app", &self.local_app)
             .finish()
     }
 }
 
+/// Two relations are equal when they are the same relation seen by the same unit: in one
+/// hook, a relation's units follow from its id.
 impl PartialEq for Relation {
     fn eq(&self, other: &Self) -> bool {
         (
@@ -54,7 +58,7 @@ impl PartialEq for Relation {
             &other.remote_app,
             &other.local_unit,
             &other.local_app,
-        ) && self.remote_units() == other.remote_units()
+        )
     }
 }
 
@@ -72,7 +76,7 @@ impl Relation {
             id: r.id,
             name: r.name,
             remote_app: r.remote_app,
-            remote_units: OnceCell::new(),
+            remote_units: OnceLock::new(),
             local_unit,
             local_app,
         }
@@ -123,10 +127,14 @@ impl Relation {
     /// # Ok(()) }
     /// ```
     ///
+    /// A `Relation` belongs to the hook that looked it up: kept for a later hook, it would
+    /// answer with that hook's units, if any.
+    ///
     /// # Panics
     ///
-    /// Outside the hook that looked the relation up. In it, the host answers from the
-    /// hook's snapshot, which holds every relation the hook was given.
+    /// When no hook is running to answer (natively, outside [`crate::testing`]), or the
+    /// relation is no longer in the running hook's model. In the hook that looked it up,
+    /// the host answers from the hook's snapshot, which holds the relation.
     pub fn remote_units(&self) -> &crate::RemoteUnits {
         self.remote_units.get_or_init(|| {
             backend::with(|b| b.remote_units(self.id)).unwrap_or_else(|e| {

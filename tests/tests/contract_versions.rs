@@ -233,6 +233,32 @@ fn a_charm_built_against_0_2_1_gets_a_relations_units_as_a_list() {
 }
 
 #[test]
+fn a_charm_built_against_0_2_3_gets_a_relations_units_packed_and_long_values_when_it_asks() {
+    // Built straight on the 0.2.3 bindings, as the SDK before 0.2.4 made charms: its
+    // `relation-get-packed`, `app-data-inline` and `app-data-value` still answer.
+    let charm = runtime()
+        .load_file(Path::new(guests::CONTRACT_V0_2_3))
+        .unwrap();
+    assert_eq!(charm.contract_version(), ContractVersion::V0_2_3);
+    let ctx = WasmContext::new(&runtime(), guests::CONTRACT_V0_2_3)
+        .expect("the guest loads")
+        .unit("contract-v0-2-3/0");
+    let db = Relation::new(7, "db", "pg")
+        .remote_unit("pg/10", NO_DATA)
+        .remote_unit("pg/2", NO_DATA)
+        .remote_app_data([
+            ("allowed-units", "u".repeat(17)),
+            ("master", "host=pg-0".into()),
+        ]);
+    let out = ctx.run(db.changed(Some("pg/2")), State::default().relation(db));
+    assert_eq!(out.outcome, Outcome::Committed, "{:?}", out.logs);
+    let bag = &out.state.relation_by_id(7).unwrap().local_unit_data;
+    assert_eq!(bag["units"], "pg/10,pg/2");
+    assert_eq!(bag["app-data"], "allowed-units:-,master:9");
+    assert_eq!(bag["master"], "host=pg-0");
+}
+
+#[test]
 fn a_charm_of_the_current_contract_gets_the_same_units_packed() {
     // The SDK asks with 0.2.4's `relation-list-packed` when the charm lists the units; what
     // the charm sees is the same list, as 0.2.2's `relation-get-packed` gives it too.

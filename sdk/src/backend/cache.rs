@@ -457,6 +457,8 @@ mod tests {
             let relation = crate::Relation::new(info, "app/0".into(), "app".into());
             let copy = relation.clone();
             assert_eq!((relation.id(), relation.name()), (1, "db"));
+            assert!(format!("{relation:?}").contains("remote_units: None"));
+            assert_eq!(relation, copy);
             assert_eq!(
                 hook.borrow().calls,
                 before,
@@ -464,7 +466,6 @@ mod tests {
             );
             assert_eq!(relation.remote_units().to_vec(), ["db/0"]);
             assert_eq!(copy.remote_units().to_vec(), ["db/0"]);
-            assert_eq!(relation, copy);
             assert_eq!(hook.borrow().calls, before + 1, "listed twice, asked once");
         });
     }

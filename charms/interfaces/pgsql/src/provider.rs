@@ -219,11 +219,14 @@ impl Provider {
     /// password is forgotten.
     ///
     /// The client units let in (`allowed-units`) are compared on a unit joining or
-    /// departing and on leadership arriving: the units of a relation change only with those
-    /// hooks. A relation-changed compares the request and the master alone, so that its cost
-    /// does not grow with the number of client units (the list is about 150 KiB at 10,000
-    /// units). A charm that defers [`ProviderEvent::DatabaseRequested`] still publishes the
-    /// units of the moment it answers, since [`Provider::publish`] lists them then.
+    /// departing, on leadership arriving, on upgrade-charm and on update-status: a
+    /// relation's units change with the first two, and the others catch what a skipped hook
+    /// missed. A relation-changed compares the request and the master alone, so that its
+    /// cost does not grow with the number of client units (the list is about 150 KiB at
+    /// 10,000 units), unless an earlier check's comparison is still owed: it found the
+    /// request malformed, or asked for a publication that was not made in its hook (the
+    /// charm deferred or ignored [`ProviderEvent::DatabaseRequested`]). The leader's stored
+    /// state keeps that, per relation, until a publication or a comparison settles it.
     pub fn observe(&self, model: &Model, event: &Event) -> HookResult {
         if !model.is_leader() {
             return Ok(());
@@ -241,7 +244,7 @@ impl Provider {
                     model.leader_data().remove(&key)?;
                 }
             }
-            Event::LeaderElected | Event::UpgradeCharm => {
+            Event::LeaderElected | Event::UpgradeCharm | Event::UpdateStatus => {
                 for relation in model.relations(self.endpoint)? {
                     self.check(model, &relation, Units::Compare)?;
                 }
@@ -347,15 +350,27 @@ impl Provider {
         for (key, value) in &fields {
             set_if_changed(&bag, key, value)?;
         }
+        // Published with the units of the moment: no comparison is owed.
+        let owed = units_owed_key(relation);
+        if model.stored().get::<bool>(&owed)?.is_some() {
+            model.stored().remove(&owed);
+        }
         Ok(())
     }
 
     /// Emits what one client needs, if anything.
     fn check(&self, model: &Model, relation: &Relation, units: Units) -> HookResult {
+        let owed_key = units_owed_key(relation.id());
+        let owed = model.stored().get::<bool>(&owed_key)?.is_some();
+        let compare = units == Units::Compare || owed;
         let request = match self.request(relation)? {
             Ok(request) => request,
             Err(bad) => {
                 charm_sdk::log::warning(&bad.to_string());
+                // The units were not compared: the next relation-changed compares them.
+                if compare && !owed {
+                    model.stored().set(&owed_key, &true)?;
+                }
                 return Ok(model.emit(&self.source(), &ProviderEvent::InvalidRequest(bad))?);
             }
         };
@@ -366,13 +381,17 @@ impl Provider {
             .all(|(k, v)| published.get(k).unwrap_or_default() == v);
         let current = published.get("master").is_some()
             && echoed
-            && match units {
-                Units::Unchanged => true,
-                Units::Compare => same(
+            && (!compare
+                || same(
                     published.get("allowed-units").unwrap_or_default(),
                     &relation.remote_units().join(" "),
-                ),
-            };
+                ));
+        // Owed until `publish` answers (in this hook, or later for a deferred event).
+        match (compare && !current, owed) {
+            (true, false) => model.stored().set(&owed_key, &true)?,
+            (false, true) if compare => model.stored().remove(&owed_key),
+            _ => {}
+        }
         if !current {
             model.emit(
                 &self.source(),
@@ -390,11 +409,20 @@ impl Provider {
 /// Whether a check compares the client units let in with the relation's units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Units {
-    /// The relation's units may have changed (a unit joined or departed, or leadership
-    /// arrived): compare them with what was published.
+    /// The relation's units may have changed, or a missed change is caught up (a unit
+    /// joined or departed, leadership arrived, upgrade-charm, update-status): compare them
+    /// with what was published.
     Compare,
-    /// They have not changed since a hook that compared them.
+    /// A relation-changed: a unit that comes or goes has a joined or departed hook of its
+    /// own, which compares (the hook's snapshot may already show it, before that hook).
+    /// Compared anyway while an earlier comparison is owed.
     Unchanged,
+}
+
+/// The leader's stored-state key, per relation, set while a comparison of the client units
+/// is owed (see [`Provider::observe`]).
+fn units_owed_key(relation: u32) -> String {
+    format!("interface.pgsql.units-owed.{relation}")
 }
 
 /// The user PostgreSQL's charm makes for a client application.

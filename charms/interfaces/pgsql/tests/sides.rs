@@ -335,6 +335,9 @@ fn malformed_data_from_postgresql_is_an_event_not_a_panic() {
     );
 }
 
+/// The stored-state key of a comparison of relation 3's units owed (see `Provider::observe`).
+const OWED: &str = "interface.pgsql.units-owed.3";
+
 #[test]
 fn postgresql_publishes_each_request_once_and_only_as_leader() {
     let ctx = Context::<Server>::new();
@@ -392,12 +395,43 @@ fn postgresql_publishes_each_request_once_and_only_as_leader() {
     let rel = more.relations[0].clone();
     let changed = ctx.run(rel.changed(Some("client/0")), more.clone());
     assert_eq!(server_events(&changed), []);
-    let joined = ctx.run(rel.joined("client/2"), more);
+    let joined = ctx.run(rel.joined("client/2"), more.clone());
     assert_eq!(server_events(&joined).len(), 1, "republished on joining");
     assert_eq!(
         joined.state.relation_by_id(3).unwrap().local_app_data["allowed-units"],
         "client/0 client/1 client/2"
     );
+    // Published in the hook that asked: no comparison is owed.
+    assert_eq!(joined.state.stored.get(OWED), None);
+
+    // A unit joins while the request is malformed: nothing is published, and the units
+    // are compared again by the first change after the request is mended.
+    let mut malformed = more;
+    malformed.relations[0]
+        .remote_app_data
+        .insert("roles".into(), "reader,ad\u{7}min".into());
+    let bad = ctx.run(malformed.relations[0].joined("client/2"), malformed);
+    assert!(matches!(
+        server_events(&bad)[..],
+        [ProviderEvent::InvalidRequest(_)]
+    ));
+    assert_eq!(bad.state.stored.get(OWED).map(String::as_str), Some("true"));
+    let mut mended = bad.state.clone();
+    mended.relations[0]
+        .remote_app_data
+        .insert("roles".into(), "reader".into());
+    let rel = mended.relations[0].clone();
+    let changed = ctx.run(rel.changed(Some("client/0")), mended);
+    assert_eq!(
+        server_events(&changed).len(),
+        1,
+        "the owed comparison found a unit"
+    );
+    assert_eq!(
+        changed.state.relation_by_id(3).unwrap().local_app_data["allowed-units"],
+        "client/0 client/1 client/2"
+    );
+    assert_eq!(changed.state.stored.get(OWED), None);
 
     // A client unit leaves: republished with the units let in now.
     let mut fewer = out.state.clone();
