@@ -250,6 +250,11 @@ enum Command {
         /// default: 5 minutes).
         #[arg(long, default_value_t = 300.0)]
         update_status_interval: f64,
+        /// How many of this host's units run a hook at once, in the order they asked; the
+        /// others wait without a thread. A step of a hook that takes over 10 ms gives its
+        /// place up, so this bounds throughput, never correctness. Default: eight per core.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+        hooks_at_once: Option<u32>,
         /// Record this host's leader-only commits (leader data, pod spec), each call and
         /// answer with its term and the system clock's time, as JSON lines appended to
         /// FILE: an audit of the leadership fence, to check for linearizability.
@@ -385,6 +390,7 @@ fn main() -> Result<()> {
             retry_period,
             drift_margin,
             update_status_interval,
+            hooks_at_once,
             write_history,
             hook_timeout,
             hook_memory,
@@ -416,6 +422,7 @@ fn main() -> Result<()> {
                         "update-status-interval",
                         update_status_interval,
                     )?,
+                    hooks_at_once: hooks_at_once.map(|n| n as usize),
                     write_history,
                     metrics_addr: metrics_addr.as_deref().map(metrics_addr_of).transpose()?,
                     runtime_config: RuntimeConfig {
@@ -778,6 +785,8 @@ struct RunOptions {
     units: Vec<String>,
     leadership: LeadershipConfig,
     update_status_interval: Duration,
+    /// --hooks-at-once: how many units run a hook at once (default: eight per core).
+    hooks_at_once: Option<usize>,
     write_history: Option<PathBuf>,
     metrics_addr: Option<SocketAddr>,
     /// The hooks' sandbox: --hook-timeout and --hook-memory.
@@ -792,6 +801,7 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
         units,
         leadership,
         update_status_interval,
+        hooks_at_once,
         write_history,
         metrics_addr,
         runtime_config,
@@ -854,6 +864,7 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
         metrics: metrics.clone(),
         // Hosts sharing the store may select the same units: one agent runs each.
         ownership: true,
+        hooks_at_once,
         ..Default::default()
     };
     let controller = Arc::new(Controller::new(store.clone(), margin, config)?);

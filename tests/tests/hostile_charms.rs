@@ -135,6 +135,9 @@ fn each_hostile_charm_fails_alone_while_the_demo_settles() {
         ])
         .args(["--store", &store, "--format", "json"])
         .args(["--hook-timeout", &timeout, "--hook-memory", &memory])
+        // One hook at a time: the charms that loop or sleep give their place up after
+        // 10 ms, and every unit still ends as it does with the default count.
+        .args(["--hooks-at-once", "1"])
         .env("XDG_CACHE_HOME", &cache)
         .output()
         .expect("charm-host runs");
@@ -244,4 +247,13 @@ fn each_hostile_charm_fails_alone_while_the_demo_settles() {
             .any(|m| m == "not utf-8: \u{fffd}\u{fffd}\u{fffd}("),
         "{odd:?}"
     );
+}
+
+#[test]
+fn hooks_at_once_refuses_zero_naming_the_flag() {
+    let out = host(&["run", "charms/demo.yaml", "--hooks-at-once", "0"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--hooks-at-once"), "{stderr}");
+    assert!(stderr.contains("0 is not in 1..=4096"), "{stderr}");
 }
