@@ -148,7 +148,11 @@ impl WasmContext {
                     id: r.id,
                     endpoint: r.endpoint.clone(),
                     remote_app,
-                    remote_units: r.remote_units.keys().cloned().collect(),
+                    // In unit order (`pg/2` before `pg/10`), as a host's stores give them
+                    // and the SDK's `RemoteUnits` searches them.
+                    remote_units: charm_sdk::RemoteUnits::from_names(r.remote_units.keys())
+                        .to_vec()
+                        .into(),
                     unit_bags,
                     app_bags,
                 };

@@ -66,6 +66,9 @@ impl Charm for Probe {
             // The units of the db relation, as the SDK hands them to a charm.
             let units = model.relation("db")?.map(|db| db.remote_units().join(","));
             model.stored().set("units", &units.unwrap_or_default())?;
+            if let Some(db) = model.relation("db")? {
+                record(model, "has-pg-2", &db.remote_units().contains("pg/2"))?;
+            }
             // And as the host's calls give them: 0.2.4's summary and list, and 0.2.2's
             // packed relation, which the SDK no longer asks for.
             use charm_sdk::wit::juju::charm::relations;
