@@ -25,6 +25,12 @@ pub const HOLD_MAX: Duration = Duration::from_millis(10);
 /// overlap others' runs, few enough that a hook is not kept waiting behind hundreds.
 pub const PLACES_PER_CORE: usize = 8;
 
+/// The default number of places: [`PLACES_PER_CORE`] per core of this machine.
+pub fn places_for_this_machine() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    PLACES_PER_CORE * cores
+}
+
 /// The places for hooks on one host, given in the order asked (first come, first served).
 pub struct Admission(Arc<Semaphore>);
 
@@ -34,10 +40,9 @@ impl Admission {
         Admission(Arc::new(Semaphore::new(places.max(1))))
     }
 
-    /// [`PLACES_PER_CORE`] places per core of this machine.
+    /// [`places_for_this_machine`] places.
     pub fn for_this_machine() -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        Admission::new(PLACES_PER_CORE * cores)
+        Admission::new(places_for_this_machine())
     }
 
     /// Waits for a place for a hook.

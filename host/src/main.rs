@@ -252,8 +252,9 @@ enum Command {
         update_status_interval: f64,
         /// How many of this host's units run a hook at once, in the order they asked; the
         /// others wait without a thread. A step of a hook that takes over 10 ms gives its
-        /// place up, so this bounds throughput, never correctness. Default: eight per core.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+        /// place up, so this bounds throughput, never correctness. The pool of sandboxes
+        /// holds at least this many hooks (64 at least). Default: eight per core.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
         hooks_at_once: Option<u32>,
         /// Record this host's leader-only commits (leader data, pod spec), each call and
         /// answer with its term and the system clock's time, as JSON lines appended to
@@ -406,6 +407,10 @@ fn main() -> Result<()> {
             };
             leadership.validate()?;
             let compaction = seconds("etcd-compaction-interval", etcd_compaction_interval)?;
+            let places = hooks_at_once
+                .map_or_else(charm_host::admission::places_for_this_machine, |n| {
+                    n as usize
+                });
             store.etcd_compaction = Some(compaction).filter(|every| !every.is_zero());
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(run(
@@ -422,12 +427,16 @@ fn main() -> Result<()> {
                         "update-status-interval",
                         update_status_interval,
                     )?,
-                    hooks_at_once: hooks_at_once.map(|n| n as usize),
+                    hooks_at_once: places,
                     write_history,
                     metrics_addr: metrics_addr.as_deref().map(metrics_addr_of).transpose()?,
                     runtime_config: RuntimeConfig {
                         hook_timeout: hook_timeout_arg(hook_timeout)?,
                         memory_limit: hook_memory_arg(hook_memory)?,
+                        // Every admitted hook has a sandbox: none waits for one in its place.
+                        max_concurrent_hooks: u32::try_from(places)
+                            .unwrap_or(u32::MAX)
+                            .max(RuntimeConfig::default().max_concurrent_hooks),
                         ..RuntimeConfig::default()
                     },
                 },
@@ -786,7 +795,7 @@ struct RunOptions {
     leadership: LeadershipConfig,
     update_status_interval: Duration,
     /// --hooks-at-once: how many units run a hook at once (default: eight per core).
-    hooks_at_once: Option<usize>,
+    hooks_at_once: usize,
     write_history: Option<PathBuf>,
     metrics_addr: Option<SocketAddr>,
     /// The hooks' sandbox: --hook-timeout and --hook-memory.
@@ -864,7 +873,7 @@ async fn run(bundle_args: BundleArgs, options: RunOptions) -> Result<()> {
         metrics: metrics.clone(),
         // Hosts sharing the store may select the same units: one agent runs each.
         ownership: true,
-        hooks_at_once,
+        hooks_at_once: Some(hooks_at_once),
         ..Default::default()
     };
     let controller = Arc::new(Controller::new(store.clone(), margin, config)?);

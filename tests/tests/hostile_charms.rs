@@ -255,5 +255,5 @@ fn hooks_at_once_refuses_zero_naming_the_flag() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--hooks-at-once"), "{stderr}");
-    assert!(stderr.contains("0 is not in 1..=4096"), "{stderr}");
+    assert!(stderr.contains("0 is not in 1..=1024"), "{stderr}");
 }

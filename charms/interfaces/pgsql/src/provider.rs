@@ -225,26 +225,39 @@ impl Provider {
     /// cost does not grow with the number of client units (the list is about 150 KiB at
     /// 10,000 units), unless an earlier check's comparison is still owed: it found the
     /// request malformed, or asked for a publication that was not made in its hook (the
-    /// charm deferred or ignored [`ProviderEvent::DatabaseRequested`]). The leader's stored
-    /// state keeps that, per relation, until a publication or a comparison settles it.
+    /// charm deferred or ignored [`ProviderEvent::DatabaseRequested`]), or a unit joined or
+    /// departed in a hook run without the lease (on a follower, or on the leader in a hook
+    /// that started too close to its guarantee's end). The unit's stored state keeps that,
+    /// per relation, until a publication or a comparison settles it, or the relation is
+    /// broken.
     pub fn observe(&self, model: &Model, event: &Event) -> HookResult {
-        if !model.is_leader() {
-            return Ok(());
-        }
+        let leader = model.is_leader();
         match event {
             Event::RelationJoined(r) | Event::RelationDeparted(r) if r.name == self.endpoint => {
-                self.check(model, &model.relation_by_id(r.id)?, Units::Compare)?;
+                if leader {
+                    self.check(model, &model.relation_by_id(r.id)?, Units::Compare)?;
+                } else {
+                    // Compared by this unit's first check once it leads.
+                    let owed = units_owed_key(r.id);
+                    if model.stored().get::<bool>(&owed)?.is_none() {
+                        model.stored().set(&owed, &true)?;
+                    }
+                }
             }
-            Event::RelationChanged(r) if r.name == self.endpoint => {
+            Event::RelationChanged(r) if leader && r.name == self.endpoint => {
                 self.check(model, &model.relation_by_id(r.id)?, Units::Unchanged)?;
             }
             Event::RelationBroken(r) if r.name == self.endpoint => {
+                let owed = units_owed_key(r.id);
+                if model.stored().get::<bool>(&owed)?.is_some() {
+                    model.stored().remove(&owed);
+                }
                 let key = password_key(r.id);
-                if model.leader_data().get(&key).is_some() {
+                if leader && model.leader_data().get(&key).is_some() {
                     model.leader_data().remove(&key)?;
                 }
             }
-            Event::LeaderElected | Event::UpgradeCharm | Event::UpdateStatus => {
+            Event::LeaderElected | Event::UpgradeCharm | Event::UpdateStatus if leader => {
                 for relation in model.relations(self.endpoint)? {
                     self.check(model, &relation, Units::Compare)?;
                 }
@@ -389,7 +402,7 @@ impl Provider {
         // Owed until `publish` answers (in this hook, or later for a deferred event).
         match (compare && !current, owed) {
             (true, false) => model.stored().set(&owed_key, &true)?,
-            (false, true) if compare => model.stored().remove(&owed_key),
+            (false, true) => model.stored().remove(&owed_key),
             _ => {}
         }
         if !current {

@@ -433,6 +433,36 @@ fn postgresql_publishes_each_request_once_and_only_as_leader() {
     );
     assert_eq!(changed.state.stored.get(OWED), None);
 
+    // A relation broken forgets a comparison owed on it.
+    let broken = ctx.run(rel.broken(), bad.state.clone());
+    assert_eq!(broken.state.stored.get(OWED), None);
+
+    // A unit that joins while this unit runs without the lease is owed a comparison: the
+    // first check once it leads publishes it.
+    let mut follower = out.state.clone().leader(false);
+    follower.relations[0]
+        .remote_units
+        .insert("client/3".into(), Default::default());
+    let rel = follower.relations[0].clone();
+    let joined = ctx.run(rel.joined("client/3"), follower);
+    assert_eq!(server_events(&joined), []);
+    assert_eq!(
+        joined.state.stored.get(OWED).map(String::as_str),
+        Some("true")
+    );
+    let leading = joined.state.clone().leader(true);
+    let changed = ctx.run(rel.changed(Some("client/0")), leading);
+    assert_eq!(
+        server_events(&changed).len(),
+        1,
+        "the owed comparison found a unit"
+    );
+    assert_eq!(
+        changed.state.relation_by_id(3).unwrap().local_app_data["allowed-units"],
+        "client/0 client/1 client/3"
+    );
+    assert_eq!(changed.state.stored.get(OWED), None);
+
     // A client unit leaves: republished with the units let in now.
     let mut fewer = out.state.clone();
     fewer.relations[0].remote_units.remove("client/1");
