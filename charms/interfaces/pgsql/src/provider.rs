@@ -238,20 +238,14 @@ impl Provider {
                     self.check(model, &model.relation_by_id(r.id)?, Units::Compare)?;
                 } else {
                     // Compared by this unit's first check once it leads.
-                    let owed = units_owed_key(r.id);
-                    if model.stored().get::<bool>(&owed)?.is_none() {
-                        model.stored().set(&owed, &true)?;
-                    }
+                    set_owed(model, r.id, true)?;
                 }
             }
             Event::RelationChanged(r) if leader && r.name == self.endpoint => {
                 self.check(model, &model.relation_by_id(r.id)?, Units::Unchanged)?;
             }
             Event::RelationBroken(r) if r.name == self.endpoint => {
-                let owed = units_owed_key(r.id);
-                if model.stored().get::<bool>(&owed)?.is_some() {
-                    model.stored().remove(&owed);
-                }
+                set_owed(model, r.id, false)?;
                 let key = password_key(r.id);
                 if leader && model.leader_data().get(&key).is_some() {
                     model.leader_data().remove(&key)?;
@@ -364,25 +358,19 @@ impl Provider {
             set_if_changed(&bag, key, value)?;
         }
         // Published with the units of the moment: no comparison is owed.
-        let owed = units_owed_key(relation);
-        if model.stored().get::<bool>(&owed)?.is_some() {
-            model.stored().remove(&owed);
-        }
-        Ok(())
+        set_owed(model, relation, false)
     }
 
     /// Emits what one client needs, if anything.
     fn check(&self, model: &Model, relation: &Relation, units: Units) -> HookResult {
-        let owed_key = units_owed_key(relation.id());
-        let owed = model.stored().get::<bool>(&owed_key)?.is_some();
-        let compare = units == Units::Compare || owed;
+        let compare = units == Units::Compare || is_owed(model, relation.id())?;
         let request = match self.request(relation)? {
             Ok(request) => request,
             Err(bad) => {
                 charm_sdk::log::warning(&bad.to_string());
                 // The units were not compared: the next relation-changed compares them.
-                if compare && !owed {
-                    model.stored().set(&owed_key, &true)?;
+                if compare {
+                    set_owed(model, relation.id(), true)?;
                 }
                 return Ok(model.emit(&self.source(), &ProviderEvent::InvalidRequest(bad))?);
             }
@@ -400,10 +388,8 @@ impl Provider {
                     &relation.remote_units().join(" "),
                 ));
         // Owed until `publish` answers (in this hook, or later for a deferred event).
-        match (compare && !current, owed) {
-            (true, false) => model.stored().set(&owed_key, &true)?,
-            (false, true) => model.stored().remove(&owed_key),
-            _ => {}
+        if compare {
+            set_owed(model, relation.id(), !current)?;
         }
         if !current {
             model.emit(
@@ -432,10 +418,28 @@ enum Units {
     Unchanged,
 }
 
-/// The leader's stored-state key, per relation, set while a comparison of the client units
+/// The unit's stored-state key, per relation, set while a comparison of the client units
 /// is owed (see [`Provider::observe`]).
 fn units_owed_key(relation: u32) -> String {
     format!("interface.pgsql.units-owed.{relation}")
+}
+
+/// Whether a comparison of `relation`'s client units is owed.
+fn is_owed(model: &Model, relation: u32) -> charm_sdk::Result<bool> {
+    Ok(model
+        .stored()
+        .get::<bool>(&units_owed_key(relation))?
+        .is_some())
+}
+
+/// Marks a comparison of `relation`'s client units owed or settled, writing only a change.
+fn set_owed(model: &Model, relation: u32, owed: bool) -> charm_sdk::Result<()> {
+    match (is_owed(model, relation)?, owed) {
+        (false, true) => model.stored().set(&units_owed_key(relation), &true)?,
+        (true, false) => model.stored().remove(&units_owed_key(relation)),
+        _ => {}
+    }
+    Ok(())
 }
 
 /// The user PostgreSQL's charm makes for a client application.
