@@ -10,6 +10,7 @@
 //! the call can fail ([`crate::access`]) and at the commit otherwise ([`check`]).
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use crate::records::{Bag, BagWrites, Changes, PodSpecWrite, RelationId};
 
@@ -130,7 +131,11 @@ pub fn setting(bag: &str, key: &str, value: Option<&str>) -> Result<(), LimitErr
 }
 
 /// [`setting`], and the key's and value's size.
-fn setting_len(bag: &str, key: &str, value: Option<&str>) -> Result<usize, LimitError> {
+fn setting_len(
+    bag: impl fmt::Display,
+    key: &str,
+    value: Option<&str>,
+) -> Result<usize, LimitError> {
     let key_len = stored_len(key);
     within(
         || format!("the key of {bag} {:?}…", cut(key, 32)),
@@ -159,8 +164,8 @@ fn cut(s: &str, max: usize) -> &str {
 /// harness's buffer, seen alike.
 #[derive(Debug, Default)]
 pub struct HookWrites<'a> {
-    /// Each bag written, named (`relation 3 unit bag`, `leader setting`, `stored state`).
-    pub bags: Vec<(String, &'a BagWrites)>,
+    /// Each bag written, with its name.
+    pub bags: Vec<(BagName, &'a BagWrites)>,
     /// The messages of the statuses set.
     pub status_messages: Vec<&'a str>,
     /// The workload version set.
@@ -177,18 +182,81 @@ impl<'a> HookWrites<'a> {
     /// The writes of a hook, from its bags (each relation's unit and application bags, the
     /// leader settings, the stored state) and the rest, as [`HookWrites`] has them.
     pub fn of(bags: HookBags<'a>, rest: HookWrites<'a>) -> Self {
-        let mut named: Vec<(String, &BagWrites)> = Vec::new();
-        for (id, writes) in bags.unit_bags {
-            named.push((format!("relation {id} unit bag setting"), writes));
-        }
-        for (id, writes) in bags.app_bags {
-            named.push((format!("relation {id} application bag setting"), writes));
-        }
-        named.push(("leader setting".into(), bags.leader_data));
-        named.push(("stored state".into(), bags.stored));
+        let mut named: Vec<(BagName, &BagWrites)> =
+            Vec::with_capacity(bags.unit_bags.len() + bags.app_bags.len() + 2);
+        named.extend((bags.unit_bags.iter()).map(|(id, w)| (BagName::Unit(*id), w)));
+        named.extend((bags.app_bags.iter()).map(|(id, w)| (BagName::App(*id), w)));
+        named.push((BagName::Leader, bags.leader_data));
+        named.push((BagName::Stored, bags.stored));
         HookWrites {
             bags: named,
             ..rest
+        }
+    }
+
+    /// Whether every item and the total are within their limits even at the most escaping
+    /// can make of them (six bytes a byte): then no string needs counting exactly, which is
+    /// so for nearly every hook.
+    fn plainly_within(&self) -> bool {
+        let most = |s: &str| s.len().saturating_mul(6);
+        let mut total = 0usize;
+        let mut keys = 0usize;
+        for (_, writes) in &self.bags {
+            keys += writes.len();
+            for (key, value) in writes.iter() {
+                let (key, value) = (most(key), value.as_deref().map_or(0, most));
+                if key > KEY_MAX || value > VALUE_MAX {
+                    return false;
+                }
+                total += key + value;
+            }
+        }
+        for message in &self.status_messages {
+            if most(message) > STATUS_MESSAGE_MAX {
+                return false;
+            }
+            total += most(message);
+        }
+        if let Some(version) = self.workload_version {
+            if most(version) > WORKLOAD_VERSION_MAX {
+                return false;
+            }
+            total += most(version);
+        }
+        if let Some(spec) = self.pod_spec {
+            if spec.encoded_len() > POD_SPEC_MAX {
+                return false;
+            }
+            total += spec.encoded_len();
+        }
+        let action = (self.action_results.iter().flat_map(|r| r.iter()))
+            .map(|(k, v)| most(k) + most(v))
+            .chain(self.action_messages.iter().map(|m| most(m)))
+            .sum::<usize>();
+        keys <= KEYS_PER_HOOK && action <= ACTION_OUTPUT_MAX && total + action <= HOOK_WRITES_MAX
+    }
+}
+
+/// A bag a hook writes, as a limit it exceeds names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BagName {
+    /// The unit's bag in a relation.
+    Unit(RelationId),
+    /// The application's bag in a relation.
+    App(RelationId),
+    /// The leader settings.
+    Leader,
+    /// The unit's stored state.
+    Stored,
+}
+
+impl fmt::Display for BagName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BagName::Unit(id) => write!(f, "relation {id} unit bag setting"),
+            BagName::App(id) => write!(f, "relation {id} application bag setting"),
+            BagName::Leader => f.write_str("leader setting"),
+            BagName::Stored => f.write_str("stored state"),
         }
     }
 }
@@ -249,6 +317,9 @@ impl<'a> From<&'a Changes> for HookWrites<'a> {
 /// assert!(check(&HookWrites::from(&changes)).is_err());
 /// ```
 pub fn check(writes: &HookWrites<'_>) -> Result<(), LimitError> {
+    if writes.plainly_within() {
+        return Ok(());
+    }
     let mut total = 0usize;
     let mut keys = 0usize;
     for (bag, bag_writes) in &writes.bags {
@@ -310,29 +381,36 @@ pub fn check(writes: &HookWrites<'_>) -> Result<(), LimitError> {
 /// assert!(written_bags([(None, &add)], (&full, &none)).is_err());
 /// ```
 pub fn written_bags<'a>(
-    bags: impl IntoIterator<Item = (Option<&'a Bag>, &'a BagWrites)>,
+    bags: impl IntoIterator<Item = (Option<&'a Bag>, &'a BagWrites)> + Clone,
     stored: (&'a Bag, &'a BagWrites),
 ) -> Result<(), LimitError> {
-    let size = |base: Option<&Bag>, writes: &BagWrites| -> usize {
-        let kept = base
+    let total = |len: fn(&str) -> usize| {
+        let size = |base: Option<&Bag>, writes: &BagWrites| -> usize {
+            let kept = base
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| !writes.contains_key(*k))
+                .map(|(k, v)| len(k) + len(v));
+            let written = writes
+                .iter()
+                .filter_map(|(k, v)| v.as_deref().map(|v| len(k) + len(v)));
+            kept.chain(written).sum::<usize>()
+        };
+        bags.clone()
             .into_iter()
-            .flatten()
-            .filter(|(k, _)| !writes.contains_key(*k))
-            .map(|(k, v)| stored_len(k) + stored_len(v));
-        let written = writes
-            .iter()
-            .filter_map(|(k, v)| v.as_deref().map(|v| stored_len(k) + stored_len(v)));
-        kept.chain(written).sum()
+            .filter(|(_, writes)| !writes.is_empty())
+            .map(|(base, writes)| size(base, writes))
+            .sum::<usize>()
+            + size(Some(stored.0), stored.1)
     };
-    let total = bags
-        .into_iter()
-        .filter(|(_, writes)| !writes.is_empty())
-        .map(|(base, writes)| size(base, writes))
-        .sum::<usize>()
-        + size(Some(stored.0), stored.1);
+    // Escaping makes a byte six at the most: within the limit at that, nothing needs
+    // counting exactly.
+    if total(|s| s.len().saturating_mul(6)) <= WRITTEN_BAGS_MAX {
+        return Ok(());
+    }
     within(
         || "what the bags the hook writes hold once written".into(),
-        total,
+        total(stored_len),
         WRITTEN_BAGS_MAX,
     )
 }
@@ -347,6 +425,40 @@ mod tests {
             kind: crate::records::StatusKind::Active,
             message,
         }
+    }
+
+    #[test]
+    fn the_sixfold_bound_passes_only_what_the_exact_count_passes() {
+        let one = |value: String| {
+            let changes = Changes {
+                stored: [("k".to_string(), Some(value))].into(),
+                ..Default::default()
+            };
+            let stored = changes.stored.clone();
+            (
+                check(&HookWrites::from(&changes)),
+                written_bags([], (&Bag::new(), &stored)),
+            )
+        };
+        // Plain text up to the limit: past the bound, counted exactly, accepted.
+        let (hook, bags) = one("x".repeat(VALUE_MAX));
+        assert_eq!((hook, bags), (Ok(()), Ok(())));
+        // Control characters: within the bound at a sixth of the limit, refused past it.
+        assert_eq!(one("\u{1}".repeat(VALUE_MAX / 6)).0, Ok(()));
+        let err = one("\u{1}".repeat(VALUE_MAX / 6 + 1)).0.unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("the value of stored state \"k\""),
+            "{err}"
+        );
+        // Two bytes each: past the bound, and refused by the exact count.
+        assert!(one("\n".repeat(VALUE_MAX / 2 + 1)).0.is_err());
+        let big = "\n".repeat(WRITTEN_BAGS_MAX / 4);
+        let stored: Bag = [("a".into(), big.clone()), ("b".into(), big)].into();
+        let writes: BagWrites = [("c".into(), Some("d".into()))].into();
+        assert!(written_bags([], (&stored, &writes)).is_err());
+        let writes: BagWrites = [("b".into(), None)].into();
+        assert_eq!(written_bags([], (&stored, &writes)), Ok(()));
     }
 
     #[test]

@@ -1,5 +1,3 @@
-use std::collections::BTreeSet;
-
 use charm_model::access::{self, Side};
 
 use crate::bindings::juju::charm::relations::{Host, Relation, RelationPacked, RelationSummary};
@@ -33,16 +31,32 @@ impl<'a> Seen<'a> {
         }
     }
 
-    /// Every entry, sorted by key.
-    fn entries(&self) -> impl Iterator<Item = (&'a str, &'a str)> + '_ {
-        let mut keys: BTreeSet<&'a str> = self
-            .stored
-            .into_iter()
-            .flatten()
-            .map(|(k, _)| k.as_str())
-            .collect();
-        keys.extend(self.writes.into_iter().flatten().map(|(k, _)| k.as_str()));
-        keys.into_iter().filter_map(|k| Some((k, self.value(k)?)))
+    /// Every entry, sorted by key: the stored entries and the writes (both sorted by key)
+    /// merged in one pass, a write over the stored entry of its key, a deletion leaving it
+    /// out.
+    fn entries(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        use std::cmp::Ordering;
+        let mut stored = self.stored.into_iter().flatten().peekable();
+        let mut writes = self.writes.into_iter().flatten().peekable();
+        std::iter::from_fn(move || {
+            loop {
+                let order = match (stored.peek(), writes.peek()) {
+                    (None, None) => return None,
+                    (Some(_), None) => Ordering::Less,
+                    (None, Some(_)) => Ordering::Greater,
+                    (Some((s, _)), Some((w, _))) => s.cmp(w),
+                };
+                if order == Ordering::Less {
+                    return stored.next().map(|(k, v)| (k.as_str(), v.as_str()));
+                }
+                if order == Ordering::Equal {
+                    stored.next();
+                }
+                if let Some((k, Some(v))) = writes.next() {
+                    return Some((k.as_str(), v.as_str()));
+                }
+            }
+        })
     }
 
     fn all(&self) -> Vec<(String, String)> {
@@ -326,5 +340,33 @@ mod tests {
             ctx.unit_data_value(9, "db/0".into(), "a".into()),
             Err(Error::RelationNotFound(9))
         ));
+    }
+
+    #[test]
+    fn a_bag_seen_merges_writes_over_stored_entries_in_key_order() {
+        let stored: Bag = [("a", "1"), ("b", "2"), ("d", "4"), ("f", "6")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
+        let writes: BagWrites = [
+            ("b", Some("20")),
+            ("c", Some("3")),
+            ("d", None),
+            ("e", Some("5")),
+            ("g", None),
+        ]
+        .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+        .into();
+        let local = Seen::new(Side::Local, Some(&stored), Some(&writes));
+        let seen: Vec<_> = local.entries().collect();
+        assert_eq!(
+            seen,
+            [("a", "1"), ("b", "20"), ("c", "3"), ("e", "5"), ("f", "6")]
+        );
+        // The other side's bag shows no writes; writes alone show without a stored bag.
+        let remote = Seen::new(Side::Remote, Some(&stored), Some(&writes));
+        assert_eq!(remote.entries().count(), 4);
+        let fresh = Seen::new(Side::Local, None, Some(&writes));
+        let seen: Vec<_> = fresh.entries().collect();
+        assert_eq!(seen, [("b", "20"), ("c", "3"), ("e", "5")]);
     }
 }
