@@ -32,7 +32,9 @@
 //! `HOOK_BENCH_PLAIN_ONLY=1` only the plain loops run. `HOOK_BENCH_PROFILE=<case>` runs
 //! just that case 2,000 times (`HOOK_BENCH_PROFILE_RUNS` to change) and exits, for a profiler:
 //! `HOOK_BENCH_PROFILE=full_hook/memory BENCH_HOOK_SLOTS=2 valgrind --tool=callgrind target/release/deps/hook-*`
-//! (`host/benches/instructions.sh` turns that into instructions per hook).
+//! (`host/benches/instructions.sh` turns that into instructions per hook). The profiling
+//! mode also has `store/memory`, the memory store's snapshot and fenced commit alone (the
+//! plain table's `store snapshot + commit (memory)`).
 //!
 //! `HOOK_BENCH_B_GUESTS=<dir>` compares charms built another way (another target, linker
 //! flags or toolchain): `<dir>` holds `empty.wasm` and `discourse.wasm` so built, and the
@@ -436,6 +438,15 @@ fn main() {
             }),
             "checked_full_hook/sqlite" => Box::new(|| {
                 common::checked_full_hook(&rt, sqlite_c.store.as_ref(), &discourse, &sqlite_c.unit);
+            }),
+            "store/memory" => Box::new(|| {
+                let s = rt
+                    .block_on(memory.store.snapshot(&memory.unit.name))
+                    .unwrap();
+                black_box(&s);
+                let (unit, fence) = (&memory.unit.name, Some(&memory.unit.fence));
+                rt.block_on(memory.store.commit(unit, None, &run.changes, fence))
+                    .unwrap();
             }),
             "io_hook/memory" => Box::new(|| {
                 common::full_hook(&rt, memory.store.as_ref(), &replay_charm, &replay);
