@@ -109,11 +109,22 @@ fn within(what: impl FnOnce() -> String, size: usize, limit: usize) -> Result<()
 /// assert!(status_message(&"x".repeat(STATUS_MESSAGE_MAX + 1)).is_err());
 /// ```
 pub fn status_message(message: &str) -> Result<(), LimitError> {
+    status_message_by(message, stored_len)
+}
+
+/// [`status_message`], `len` counting its size.
+fn status_message_by(message: &str, len: fn(&str) -> usize) -> Result<(), LimitError> {
     within(
         || "the status message".into(),
-        stored_len(message),
+        len(message),
         STATUS_MESSAGE_MAX,
     )
+}
+
+/// At least [`stored_len`]: escaping makes a byte six at the most. Counted in no time, so
+/// that writes within every limit at that size, nearly all, need no exact count.
+fn at_most_stored_len(s: &str) -> usize {
+    s.len().saturating_mul(6)
 }
 
 /// A key and value of `bag` (such as `leader setting`) within [`KEY_MAX`] and
@@ -127,22 +138,23 @@ pub fn status_message(message: &str) -> Result<(), LimitError> {
 /// assert_eq!(err.to_string(), "the value of leader setting \"k\" is 262145 bytes; the limit is 262144 bytes");
 /// ```
 pub fn setting(bag: &str, key: &str, value: Option<&str>) -> Result<(), LimitError> {
-    setting_len(bag, key, value).map(drop)
+    setting_len(bag, key, value, stored_len).map(drop)
 }
 
-/// [`setting`], and the key's and value's size.
+/// [`setting`], and the key's and value's size, `len` counting them.
 fn setting_len(
     bag: impl fmt::Display,
     key: &str,
     value: Option<&str>,
+    len: fn(&str) -> usize,
 ) -> Result<usize, LimitError> {
-    let key_len = stored_len(key);
+    let key_len = len(key);
     within(
         || format!("the key of {bag} {:?}…", cut(key, 32)),
         key_len,
         KEY_MAX,
     )?;
-    let value_len = value.map_or(0, stored_len);
+    let value_len = value.map_or(0, len);
     within(
         || format!("the value of {bag} {key:?}"),
         value_len,
@@ -192,48 +204,6 @@ impl<'a> HookWrites<'a> {
             bags: named,
             ..rest
         }
-    }
-
-    /// Whether every item and the total are within their limits even at the most escaping
-    /// can make of them (six bytes a byte): then no string needs counting exactly, which is
-    /// so for nearly every hook.
-    fn plainly_within(&self) -> bool {
-        let most = |s: &str| s.len().saturating_mul(6);
-        let mut total = 0usize;
-        let mut keys = 0usize;
-        for (_, writes) in &self.bags {
-            keys += writes.len();
-            for (key, value) in writes.iter() {
-                let (key, value) = (most(key), value.as_deref().map_or(0, most));
-                if key > KEY_MAX || value > VALUE_MAX {
-                    return false;
-                }
-                total += key + value;
-            }
-        }
-        for message in &self.status_messages {
-            if most(message) > STATUS_MESSAGE_MAX {
-                return false;
-            }
-            total += most(message);
-        }
-        if let Some(version) = self.workload_version {
-            if most(version) > WORKLOAD_VERSION_MAX {
-                return false;
-            }
-            total += most(version);
-        }
-        if let Some(spec) = self.pod_spec {
-            if spec.encoded_len() > POD_SPEC_MAX {
-                return false;
-            }
-            total += spec.encoded_len();
-        }
-        let action = (self.action_results.iter().flat_map(|r| r.iter()))
-            .map(|(k, v)| most(k) + most(v))
-            .chain(self.action_messages.iter().map(|m| most(m)))
-            .sum::<usize>();
-        keys <= KEYS_PER_HOOK && action <= ACTION_OUTPUT_MAX && total + action <= HOOK_WRITES_MAX
     }
 }
 
@@ -317,14 +287,18 @@ impl<'a> From<&'a Changes> for HookWrites<'a> {
 /// assert!(check(&HookWrites::from(&changes)).is_err());
 /// ```
 pub fn check(writes: &HookWrites<'_>) -> Result<(), LimitError> {
-    if writes.plainly_within() {
-        return Ok(());
-    }
+    // Within every limit at the most their sizes can be, the writes are within them at
+    // their exact sizes; only past that are the strings counted exactly.
+    check_by(writes, at_most_stored_len).or_else(|_| check_by(writes, stored_len))
+}
+
+/// [`check`], `len` counting each string's size.
+fn check_by(writes: &HookWrites<'_>, len: fn(&str) -> usize) -> Result<(), LimitError> {
     let mut total = 0usize;
     let mut keys = 0usize;
     for (bag, bag_writes) in &writes.bags {
         for (key, value) in bag_writes.iter() {
-            total += setting_len(bag, key, value.as_deref())?;
+            total += setting_len(bag, key, value.as_deref(), len)?;
         }
         keys += bag_writes.len();
     }
@@ -334,16 +308,16 @@ pub fn check(writes: &HookWrites<'_>) -> Result<(), LimitError> {
         });
     }
     for message in &writes.status_messages {
-        status_message(message)?;
-        total += stored_len(message);
+        status_message_by(message, len)?;
+        total += len(message);
     }
     if let Some(version) = writes.workload_version {
         within(
             || "the workload version".into(),
-            stored_len(version),
+            len(version),
             WORKLOAD_VERSION_MAX,
         )?;
-        total += stored_len(version);
+        total += len(version);
     }
     if let Some(spec) = writes.pod_spec {
         let size = spec.encoded_len();
@@ -354,8 +328,8 @@ pub fn check(writes: &HookWrites<'_>) -> Result<(), LimitError> {
         .action_results
         .iter()
         .flat_map(|r| r.iter())
-        .map(|(k, v)| stored_len(k) + stored_len(v))
-        .chain(writes.action_messages.iter().map(|m| stored_len(m)))
+        .map(|(k, v)| len(k) + len(v))
+        .chain(writes.action_messages.iter().map(|m| len(m)))
         .sum::<usize>();
     within(|| "the action's output".into(), action, ACTION_OUTPUT_MAX)?;
     total += action;
@@ -403,9 +377,7 @@ pub fn written_bags<'a>(
             .sum::<usize>()
             + size(Some(stored.0), stored.1)
     };
-    // Escaping makes a byte six at the most: within the limit at that, nothing needs
-    // counting exactly.
-    if total(|s| s.len().saturating_mul(6)) <= WRITTEN_BAGS_MAX {
+    if total(at_most_stored_len) <= WRITTEN_BAGS_MAX {
         return Ok(());
     }
     within(
