@@ -113,7 +113,7 @@ pub fn status_message(message: &str) -> Result<(), LimitError> {
 }
 
 /// [`status_message`], `len` counting its size.
-fn status_message_by(message: &str, len: fn(&str) -> usize) -> Result<(), LimitError> {
+fn status_message_by(message: &str, len: impl Fn(&str) -> usize) -> Result<(), LimitError> {
     within(
         || "the status message".into(),
         len(message),
@@ -146,7 +146,7 @@ fn setting_len(
     bag: impl fmt::Display,
     key: &str,
     value: Option<&str>,
-    len: fn(&str) -> usize,
+    len: impl Fn(&str) -> usize + Copy,
 ) -> Result<usize, LimitError> {
     let key_len = len(key);
     within(
@@ -293,7 +293,7 @@ pub fn check(writes: &HookWrites<'_>) -> Result<(), LimitError> {
 }
 
 /// [`check`], `len` counting each string's size.
-fn check_by(writes: &HookWrites<'_>, len: fn(&str) -> usize) -> Result<(), LimitError> {
+fn check_by(writes: &HookWrites<'_>, len: impl Fn(&str) -> usize + Copy) -> Result<(), LimitError> {
     let mut total = 0usize;
     let mut keys = 0usize;
     for (bag, bag_writes) in &writes.bags {
@@ -358,33 +358,38 @@ pub fn written_bags<'a>(
     bags: impl IntoIterator<Item = (Option<&'a Bag>, &'a BagWrites)> + Clone,
     stored: (&'a Bag, &'a BagWrites),
 ) -> Result<(), LimitError> {
-    let total = |len: fn(&str) -> usize| {
-        let size = |base: Option<&Bag>, writes: &BagWrites| -> usize {
-            let kept = base
-                .into_iter()
-                .flatten()
-                .filter(|(k, _)| !writes.contains_key(*k))
-                .map(|(k, v)| len(k) + len(v));
-            let written = writes
-                .iter()
-                .filter_map(|(k, v)| v.as_deref().map(|v| len(k) + len(v)));
-            kept.chain(written).sum::<usize>()
-        };
-        bags.clone()
-            .into_iter()
-            .filter(|(_, writes)| !writes.is_empty())
-            .map(|(base, writes)| size(base, writes))
-            .sum::<usize>()
-            + size(Some(stored.0), stored.1)
-    };
-    if total(at_most_stored_len) <= WRITTEN_BAGS_MAX {
+    if written_size(bags.clone(), stored, at_most_stored_len) <= WRITTEN_BAGS_MAX {
         return Ok(());
     }
     within(
         || "what the bags the hook writes hold once written".into(),
-        total(stored_len),
+        written_size(bags, stored, stored_len),
         WRITTEN_BAGS_MAX,
     )
+}
+
+/// What [`written_bags`] counts, `len` counting each string's size.
+fn written_size<'a>(
+    bags: impl IntoIterator<Item = (Option<&'a Bag>, &'a BagWrites)>,
+    stored: (&'a Bag, &'a BagWrites),
+    len: impl Fn(&str) -> usize + Copy,
+) -> usize {
+    let size = |base: Option<&Bag>, writes: &BagWrites| -> usize {
+        let kept = base
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| !writes.contains_key(*k))
+            .map(|(k, v)| len(k) + len(v));
+        let written = writes
+            .iter()
+            .filter_map(|(k, v)| v.as_deref().map(|v| len(k) + len(v)));
+        kept.chain(written).sum::<usize>()
+    };
+    bags.into_iter()
+        .filter(|(_, writes)| !writes.is_empty())
+        .map(|(base, writes)| size(base, writes))
+        .sum::<usize>()
+        + size(Some(stored.0), stored.1)
 }
 
 #[cfg(test)]
