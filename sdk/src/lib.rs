@@ -78,6 +78,7 @@ mod custom;
 mod error;
 mod event;
 pub mod log;
+pub mod mem;
 mod metadata;
 mod model;
 mod network;
