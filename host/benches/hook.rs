@@ -410,6 +410,16 @@ fn main() {
     let run_discourse = || {
         black_box(discourse.run_hook(snapshot.clone(), fence.clone(), None, &memory.unit.event));
     };
+    // The memory store's part of a hook: its snapshot and fenced commit.
+    let store_memory = || {
+        let s = rt
+            .block_on(memory.store.snapshot(&memory.unit.name))
+            .unwrap();
+        black_box(&s);
+        let (unit, fence) = (&memory.unit.name, Some(&memory.unit.fence));
+        rt.block_on(memory.store.commit(unit, None, &run.changes, fence))
+            .unwrap();
+    };
     let run_empty = || {
         black_box(empty.run_hook(empty_snapshot(), None, None, &Event::Install));
     };
@@ -439,15 +449,7 @@ fn main() {
             "checked_full_hook/sqlite" => Box::new(|| {
                 common::checked_full_hook(&rt, sqlite_c.store.as_ref(), &discourse, &sqlite_c.unit);
             }),
-            "store/memory" => Box::new(|| {
-                let s = rt
-                    .block_on(memory.store.snapshot(&memory.unit.name))
-                    .unwrap();
-                black_box(&s);
-                let (unit, fence) = (&memory.unit.name, Some(&memory.unit.fence));
-                rt.block_on(memory.store.commit(unit, None, &run.changes, fence))
-                    .unwrap();
-            }),
+            "store/memory" => Box::new(store_memory),
             "io_hook/memory" => Box::new(|| {
                 common::full_hook(&rt, memory.store.as_ref(), &replay_charm, &replay);
             }),
@@ -541,22 +543,7 @@ fn main() {
             black_box(charm_host::podspec::validate(spec, None).unwrap());
         }),
     ));
-    cases.push((
-        "store snapshot + commit (memory)",
-        Box::new(|| {
-            let s = rt
-                .block_on(memory.store.snapshot(&memory.unit.name))
-                .unwrap();
-            black_box(&s);
-            rt.block_on(memory.store.commit(
-                &memory.unit.name,
-                None,
-                &run.changes,
-                Some(&memory.unit.fence),
-            ))
-            .unwrap();
-        }),
-    ));
+    cases.push(("store snapshot + commit (memory)", Box::new(store_memory)));
     if let Some(b) = &b {
         cases.push(("B/floor", Box::new(|| b.floor.hook())));
         cases.push(("B/instantiate/empty", Box::new(|| b.floor.instantiate())));
