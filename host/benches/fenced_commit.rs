@@ -8,6 +8,10 @@
 //!
 //! `cargo bench -p charm-host --bench fenced_commit`
 
+/// The bench allocates as the `charm-host` binary does (see its `main.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;

@@ -3,6 +3,10 @@
 
 #![allow(dead_code)] // Each bench uses its own part of this module.
 
+/// The benches allocate as the `charm-host` binary does (see its `main.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
