@@ -8,9 +8,9 @@
 //!
 //! `cargo bench -p charm-host --bench fenced_commit`
 
-/// The bench allocates as the `charm-host` binary does (see its `main.rs`).
+/// The bench allocates as the `charm-host` binary does (see `charm_host::allocator`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: charm_host::allocator::Allocator = charm_host::allocator::Allocator;
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -167,6 +167,7 @@ fn percentiles(rt: &Runtime, name: &str, f: &Fixture) -> (Duration, Duration) {
 }
 
 fn main() {
+    charm_host::allocator::configure();
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();

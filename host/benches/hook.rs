@@ -343,6 +343,7 @@ fn time(mut f: impl FnMut()) -> (Duration, Duration) {
 }
 
 fn main() {
+    charm_host::allocator::configure();
     let guests = common::guests();
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()

@@ -34,8 +34,18 @@ fn resident() -> (f64, f64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
+    // The allocator is configured before the runtime starts its threads.
+    charm_host::allocator::configure();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(bench());
+}
+
+async fn bench() {
     let guests = common::guests();
     let runtime = common::runtime(None);
     let discourse = common::load(&runtime, &guests.discourse);

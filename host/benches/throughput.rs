@@ -120,6 +120,7 @@ fn split(rt: &tokio::runtime::Runtime, charm: &Charm) {
 }
 
 fn main() {
+    charm_host::allocator::configure();
     let guests = common::guests();
     let runtime = common::runtime(None);
     let discourse = common::load(&runtime, &guests.discourse);

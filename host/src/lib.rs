@@ -18,6 +18,7 @@ pub mod bindings;
 
 pub mod admission;
 pub mod agent;
+pub mod allocator;
 pub mod build;
 pub mod bundle;
 pub mod charm;

@@ -305,13 +305,12 @@ fn hook_memory_arg(mib: usize) -> Result<usize> {
     Ok(mib << 20)
 }
 
-/// mimalloc serves the host's allocations: a hook's snapshot, host calls and commit make
-/// about a hundred small ones, for which glibc's malloc and free cost several times as much
-/// (the memory store's snapshot and commit: 20.1k instructions on glibc, 14.4k on mimalloc).
+/// mimalloc serves the host's allocations (see [`charm_host::allocator`]).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: charm_host::allocator::Allocator = charm_host::allocator::Allocator;
 
 fn main() -> Result<()> {
+    charm_host::allocator::configure();
     let cli = Cli::parse();
     // A simulation's warnings (deposed leaders, lapsed guarantees) are its subject, not news.
     let quiet = if matches!(cli.command, Command::Sim(_)) {

@@ -3,9 +3,10 @@
 
 #![allow(dead_code)] // Each bench uses its own part of this module.
 
-/// The benches allocate as the `charm-host` binary does (see its `main.rs`).
+/// The benches allocate as the `charm-host` binary does (see `charm_host::allocator`); each
+/// bench's `main` calls `charm_host::allocator::configure` first.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: charm_host::allocator::Allocator = charm_host::allocator::Allocator;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
