@@ -71,6 +71,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
+mod statements;
+
 use charm_model::error::not_found;
 use charm_model::tx::{
     AppView, BagOwner, ElectedTerm, ModelTx, PodSpecState, TxResult, UnitUpdate,
@@ -86,6 +88,7 @@ use crate::model::{
     LogRecord, PodSpecRecord, PodSpecWrite, RelationId, RelationRecord, SharedBag, SharedConfig,
     Status, UnitNames, UnitRecord,
 };
+use statements::Conn;
 
 /// How long an operation waits for another process's write transaction before it fails as
 /// unavailable. Commits hold the lock for well under a millisecond; this covers a checkpoint
@@ -171,7 +174,7 @@ pub struct SqliteStore {
     model: String,
     /// The file; `None` in memory.
     path: Option<PathBuf>,
-    conn: Mutex<Connection>,
+    conn: Mutex<Conn>,
     configs: ConfigMemo,
     units: Memo<String, UnitNames>,
     app_bags: Memo<(RelationId, String), SharedBag>,
@@ -274,37 +277,37 @@ impl ConfigMemo {
 /// rusqlite's `Transaction` compiles each of them every time. Dropped without
 /// [`HookTx::commit`], it rolls back.
 struct HookTx<'c> {
-    conn: &'c Connection,
+    conn: &'c Conn,
     open: bool,
 }
 
 impl<'c> HookTx<'c> {
     /// A read transaction: it sees one instant of the file from its first read.
-    fn read(conn: &'c Connection) -> rusqlite::Result<Self> {
+    fn read(conn: &'c Conn) -> rusqlite::Result<Self> {
         Self::begin(conn, "BEGIN DEFERRED")
     }
 
     /// A write transaction: it holds the file's write lock from here to its end.
-    fn write(conn: &'c Connection) -> rusqlite::Result<Self> {
+    fn write(conn: &'c Conn) -> rusqlite::Result<Self> {
         Self::begin(conn, "BEGIN IMMEDIATE")
     }
 
-    fn begin(conn: &'c Connection, begin: &str) -> rusqlite::Result<Self> {
-        conn.prepare_cached(begin)?.execute([])?;
+    fn begin(conn: &'c Conn, begin: &'static str) -> rusqlite::Result<Self> {
+        conn.cached(begin)?.execute([])?;
         Ok(HookTx { conn, open: true })
     }
 
     fn commit(mut self) -> rusqlite::Result<()> {
-        self.conn.prepare_cached("COMMIT")?.execute([])?;
+        self.conn.cached("COMMIT")?.execute([])?;
         self.open = false;
         Ok(())
     }
 }
 
 impl std::ops::Deref for HookTx<'_> {
-    type Target = Connection;
+    type Target = Conn;
 
-    fn deref(&self) -> &Connection {
+    fn deref(&self) -> &Conn {
         self.conn
     }
 }
@@ -314,10 +317,7 @@ impl Drop for HookTx<'_> {
         if self.open {
             // As rusqlite's `Transaction`: a failed rollback leaves nothing to do here, and
             // SQLite rolls back what is left when the next transaction begins.
-            let _ = self
-                .conn
-                .prepare_cached("ROLLBACK")
-                .and_then(|mut s| s.execute([]));
+            let _ = self.conn.cached("ROLLBACK").and_then(|mut s| s.execute([]));
         }
     }
 }
@@ -375,7 +375,6 @@ impl SqliteStore {
         // hook of its units, and read from the file (a system call per page) once they no
         // longer fit; 10,000 units each reading a 150 KiB application bag did.
         conn.pragma_update(None, "cache_size", -(64 << 10)).db()?;
-        conn.set_prepared_statement_cache_capacity(64);
         // Plans that do not depend on the values bound. Without this, SQLite (built with
         // STAT4) compiles a cached statement again each time a parameter that it compares
         // with an indexed column is bound, same value or not: two of a snapshot's queries,
@@ -387,7 +386,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             model: model.to_string(),
             path: None,
-            conn: Mutex::new(conn),
+            conn: Mutex::new(Conn::new(conn)),
             configs: ConfigMemo::default(),
             units: Memo::default(),
             app_bags: Memo::default(),
@@ -422,7 +421,7 @@ impl SqliteStore {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
+    fn lock(&self) -> MutexGuard<'_, Conn> {
         // A panic inside a transaction drops the `Transaction`, which rolls it back, so a
         // poisoned connection holds no half-applied commit.
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
@@ -432,15 +431,13 @@ impl SqliteStore {
     /// adds one, in the same transaction, so the revisions have no gaps (a file migrated from
     /// schema version 1 kept only its revision of then, and its history starts there).
     pub fn pod_spec_history(&self, app: &str) -> Result<Vec<PodSpecRecord>, StoreError> {
-        let mut conn = self.lock();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Deferred)
-            .db()?;
+        let conn = self.lock();
+        let tx = HookTx::read(&conn).db()?;
         if !app_exists(&tx, app)? {
             return Err(not_found(format!("application {app}")));
         }
         let rows: Vec<(i64, String, Option<String>)> = tx
-            .prepare_cached(
+            .cached(
                 "SELECT revision, spec, k8s_resources FROM pod_spec_history
                  WHERE app = ?1 ORDER BY revision",
             )
@@ -715,30 +712,25 @@ struct LeaseRow {
 }
 
 /// The lease on `app` that has not expired at `now_ms`.
-fn live_lease(conn: &Connection, app: &str, now_ms: i64) -> Result<Option<LeaseRow>, StoreError> {
-    conn.prepare_cached(
-        "SELECT holder, term, expiry_ms FROM leases WHERE app = ?1 AND expiry_ms > ?2",
-    )
-    .db()?
-    .query_row(rusqlite::params![app, now_ms], |r| {
-        Ok(LeaseRow {
-            holder: r.get(0)?,
-            term: to_u64(r.get(1)?),
-            expiry_ms: r.get(2)?,
+fn live_lease(conn: &Conn, app: &str, now_ms: i64) -> Result<Option<LeaseRow>, StoreError> {
+    conn.cached("SELECT holder, term, expiry_ms FROM leases WHERE app = ?1 AND expiry_ms > ?2")
+        .db()?
+        .query_row(rusqlite::params![app, now_ms], |r| {
+            Ok(LeaseRow {
+                holder: r.get(0)?,
+                term: to_u64(r.get(1)?),
+                expiry_ms: r.get(2)?,
+            })
         })
-    })
-    .optional()
-    .db()
+        .optional()
+        .db()
 }
 
 impl LeaseStore for SqliteStore {
     fn claim<'a>(&'a self, app: &'a str, holder: &'a str, ttl: Duration) -> LeaseFuture<'a, Claim> {
         Box::pin(async move {
-            let mut conn = self.lock();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()
-                .map_err(lease_err)?;
+            let conn = self.lock();
+            let tx = HookTx::write(&conn).db().map_err(lease_err)?;
             // Taken under the write lock: the lease runs from when the store handles the claim.
             let now = now_since_epoch();
             let expiry_ms = ceil_ms(now.saturating_add(ttl));
@@ -752,7 +744,7 @@ impl LeaseStore for SqliteStore {
                     )),
                 },
                 Some(live) => {
-                    tx.prepare_cached("UPDATE leases SET expiry_ms = ?2 WHERE app = ?1")
+                    tx.cached("UPDATE leases SET expiry_ms = ?2 WHERE app = ?1")
                         .and_then(|mut s| s.execute(rusqlite::params![app, expiry_ms]))
                         .db()
                         .map_err(lease_err)?;
@@ -764,19 +756,19 @@ impl LeaseStore for SqliteStore {
                 }
                 None => {
                     let last: Option<i64> = tx
-                        .prepare_cached("SELECT term FROM last_terms WHERE app = ?1")
+                        .cached("SELECT term FROM last_terms WHERE app = ?1")
                         .and_then(|mut s| s.query_row([app], |r| r.get(0)).optional())
                         .db()
                         .map_err(lease_err)?;
                     let term = last.unwrap_or(0) + 1;
-                    tx.prepare_cached(
+                    tx.cached(
                         "INSERT INTO last_terms (app, term) VALUES (?1, ?2)
                          ON CONFLICT (app) DO UPDATE SET term = excluded.term",
                     )
                     .and_then(|mut s| s.execute(rusqlite::params![app, term]))
                     .db()
                     .map_err(lease_err)?;
-                    tx.prepare_cached(
+                    tx.cached(
                         "INSERT INTO leases (app, holder, term, expiry_ms) VALUES (?1, ?2, ?3, ?4)
                          ON CONFLICT (app) DO UPDATE
                          SET holder = excluded.holder, term = excluded.term, expiry_ms = excluded.expiry_ms",
@@ -801,7 +793,7 @@ impl LeaseStore for SqliteStore {
             let released = {
                 let conn = self.lock();
                 // One statement is its own transaction; `last_terms` keeps the term.
-                conn.prepare_cached("DELETE FROM leases WHERE app = ?1 AND holder = ?2")
+                conn.cached("DELETE FROM leases WHERE app = ?1 AND holder = ?2")
                     .and_then(|mut s| s.execute([app, holder]))
                     .db()
                     .map_err(lease_err)?
@@ -848,7 +840,7 @@ struct BagTable {
     delete: &'static str,
 }
 
-const UNIT_BAGS: BagTable = BagTable {
+static UNIT_BAGS: BagTable = BagTable {
     // The WHERE makes an unchanged value no change at all, so `execute` reports 0 rows.
     upsert: "INSERT INTO relation_unit_bags (relation, unit, key, value) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (relation, unit, key) DO UPDATE SET value = excluded.value
@@ -856,21 +848,21 @@ const UNIT_BAGS: BagTable = BagTable {
     delete: "DELETE FROM relation_unit_bags WHERE relation = ?1 AND unit = ?2 AND key = ?3",
 };
 
-const APP_BAGS: BagTable = BagTable {
+static APP_BAGS: BagTable = BagTable {
     upsert: "INSERT INTO relation_app_bags (relation, app, key, value) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (relation, app, key) DO UPDATE SET value = excluded.value
              WHERE value IS NOT excluded.value",
     delete: "DELETE FROM relation_app_bags WHERE relation = ?1 AND app = ?2 AND key = ?3",
 };
 
-const LEADER_DATA: BagTable = BagTable {
+static LEADER_DATA: BagTable = BagTable {
     upsert: "INSERT INTO leader_data (app, key, value) VALUES (?1, ?2, ?3)
              ON CONFLICT (app, key) DO UPDATE SET value = excluded.value
              WHERE value IS NOT excluded.value",
     delete: "DELETE FROM leader_data WHERE app = ?1 AND key = ?2",
 };
 
-const STORED_STATE: BagTable = BagTable {
+static STORED_STATE: BagTable = BagTable {
     upsert: "INSERT INTO stored_state (unit, key, value) VALUES (?1, ?2, ?3)
              ON CONFLICT (unit, key) DO UPDATE SET value = excluded.value
              WHERE value IS NOT excluded.value",
@@ -880,7 +872,7 @@ const STORED_STATE: BagTable = BagTable {
 /// Applies `writes` to one bag, as [`crate::model::apply_writes`] does; whether anything
 /// changed.
 fn write_bag(
-    conn: &Connection,
+    conn: &Conn,
     table: &BagTable,
     owner: &[&dyn ToSql],
     writes: &BagWrites,
@@ -892,12 +884,12 @@ fn write_bag(
         let rows = match value {
             Some(v) => {
                 params.push(v);
-                conn.prepare_cached(table.upsert)
+                conn.cached(table.upsert)
                     .and_then(|mut s| s.execute(params.as_slice()))
                     .db()?
             }
             None => conn
-                .prepare_cached(table.delete)
+                .cached(table.delete)
                 .and_then(|mut s| s.execute(params.as_slice()))
                 .db()?,
         };
@@ -906,8 +898,8 @@ fn write_bag(
     Ok(changed)
 }
 
-fn read_bag(conn: &Connection, sql: &str, owner: &[&dyn ToSql]) -> Result<Bag, StoreError> {
-    let mut stmt = conn.prepare_cached(sql).db()?;
+fn read_bag(conn: &Conn, sql: &'static str, owner: &[&dyn ToSql]) -> Result<Bag, StoreError> {
+    let mut stmt = conn.cached(sql).db()?;
     let rows = stmt
         .query_map(owner, |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
@@ -922,11 +914,11 @@ const FEW_BAGS: usize = 8;
 
 /// The bags `sql` selects with `params`, as (owner, key, value) rows, by owner.
 fn read_relation_bags(
-    conn: &Connection,
-    sql: &str,
+    conn: &Conn,
+    sql: &'static str,
     params: impl rusqlite::Params,
 ) -> Result<BTreeMap<String, Bag>, StoreError> {
-    let mut stmt = conn.prepare_cached(sql).db()?;
+    let mut stmt = conn.cached(sql).db()?;
     let mut rows = stmt.query(params).db()?;
     let mut bags: BTreeMap<String, Bag> = BTreeMap::new();
     while let Some(r) = rows.next().db()? {
@@ -937,7 +929,7 @@ fn read_relation_bags(
     Ok(bags)
 }
 
-fn read_relations(conn: &Connection) -> Result<Vec<RelationRecord>, StoreError> {
+fn read_relations(conn: &Conn) -> Result<Vec<RelationRecord>, StoreError> {
     relations_where(
         conn,
         "SELECT id, interface, endpoints, dying FROM relations ORDER BY id",
@@ -946,20 +938,20 @@ fn read_relations(conn: &Connection) -> Result<Vec<RelationRecord>, StoreError> 
 }
 
 /// The relations `?1` is in, by id.
-const RELATIONS_OF: &str = "SELECT r.id, r.interface, r.endpoints, r.dying FROM relation_apps a
+static RELATIONS_OF: &str = "SELECT r.id, r.interface, r.endpoints, r.dying FROM relation_apps a
          JOIN relations r ON r.id = a.relation WHERE a.app = ?1 ORDER BY r.id";
 
 /// The relations `app` takes part in, by id.
-fn relations_of(conn: &Connection, app: &str) -> Result<Vec<RelationRecord>, StoreError> {
+fn relations_of(conn: &Conn, app: &str) -> Result<Vec<RelationRecord>, StoreError> {
     relations_where(conn, RELATIONS_OF, Some(app))
 }
 
 fn relations_where(
-    conn: &Connection,
-    sql: &str,
+    conn: &Conn,
+    sql: &'static str,
     app: Option<&str>,
 ) -> Result<Vec<RelationRecord>, StoreError> {
-    let mut stmt = conn.prepare_cached(sql).db()?;
+    let mut stmt = conn.cached(sql).db()?;
     let params: Vec<&dyn rusqlite::ToSql> = app.iter().map(|a| a as &dyn rusqlite::ToSql).collect();
     let rows = stmt
         .query_map(params.as_slice(), |r| {
@@ -996,16 +988,16 @@ fn relation_record(
 }
 
 /// The units of `?1`, by number.
-const UNIT_NAMES: &str = "SELECT name FROM units WHERE app = ?1 ORDER BY number";
+static UNIT_NAMES: &str = "SELECT name FROM units WHERE app = ?1 ORDER BY number";
 
 /// The units a hook's snapshot lists as remote units: those not being removed.
-const LIVE_UNITS: &str = "SELECT name FROM units WHERE app = ?1 AND NOT dying ORDER BY number";
-const UNITS_GENERATION: &str = "SELECT units_generation FROM applications WHERE name = ?1";
-const APP_BAG_GENERATION: &str =
+static LIVE_UNITS: &str = "SELECT name FROM units WHERE app = ?1 AND NOT dying ORDER BY number";
+static UNITS_GENERATION: &str = "SELECT units_generation FROM applications WHERE name = ?1";
+static APP_BAG_GENERATION: &str =
     "SELECT generation FROM app_bag_generations WHERE relation = ?1 AND app = ?2";
 
-fn unit_names(conn: &Connection, app: &str) -> Result<Vec<String>, StoreError> {
-    let mut stmt = conn.prepare_cached(UNIT_NAMES).db()?;
+fn unit_names(conn: &Conn, app: &str) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.cached(UNIT_NAMES).db()?;
     let names = stmt
         .query_map([app], |r| r.get(0))
         .db()?
@@ -1014,18 +1006,15 @@ fn unit_names(conn: &Connection, app: &str) -> Result<Vec<String>, StoreError> {
     Ok(names)
 }
 
-fn app_exists(conn: &Connection, app: &str) -> Result<bool, StoreError> {
-    conn.prepare_cached("SELECT 1 FROM applications WHERE name = ?1")
+fn app_exists(conn: &Conn, app: &str) -> Result<bool, StoreError> {
+    conn.cached("SELECT 1 FROM applications WHERE name = ?1")
         .and_then(|mut s| s.exists([app]))
         .db()
 }
 
-fn application_record(
-    conn: &Connection,
-    name: &str,
-) -> Result<Option<ApplicationRecord>, StoreError> {
+fn application_record(conn: &Conn, name: &str) -> Result<Option<ApplicationRecord>, StoreError> {
     let row = conn
-        .prepare_cached("SELECT charm, metadata, config, module FROM applications WHERE name = ?1")
+        .cached("SELECT charm, metadata, config, module FROM applications WHERE name = ?1")
         .and_then(|mut s| {
             s.query_row([name], |r| {
                 Ok((
@@ -1077,18 +1066,18 @@ fn pod_spec_record(
     })
 }
 
-fn unit_exists(conn: &Connection, unit: &str) -> Result<bool, StoreError> {
-    conn.prepare_cached("SELECT 1 FROM units WHERE name = ?1")
+fn unit_exists(conn: &Conn, unit: &str) -> Result<bool, StoreError> {
+    conn.cached("SELECT 1 FROM units WHERE name = ?1")
         .and_then(|mut s| s.exists([unit]))
         .db()
 }
 
 /// The pod spec row of `app`, if it has one: its revision, spec and resources as stored.
 fn stored_pod_spec(
-    conn: &Connection,
+    conn: &Conn,
     app: &str,
 ) -> Result<Option<(i64, String, Option<String>)>, StoreError> {
-    conn.prepare_cached("SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1")
+    conn.cached("SELECT revision, spec, k8s_resources FROM pod_specs WHERE app = ?1")
         .and_then(|mut s| {
             s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .optional()
@@ -1097,9 +1086,9 @@ fn stored_pod_spec(
 }
 
 /// The hooks queued on `unit`, in order.
-fn queue_of(conn: &Connection, unit: &str) -> Result<Vec<QueuedHook>, StoreError> {
+fn queue_of(conn: &Conn, unit: &str) -> Result<Vec<QueuedHook>, StoreError> {
     let rows: Vec<(i64, String)> = conn
-        .prepare_cached("SELECT seq, hook FROM hook_queue WHERE unit = ?1 ORDER BY seq")
+        .cached("SELECT seq, hook FROM hook_queue WHERE unit = ?1 ORDER BY seq")
         .and_then(|mut s| {
             s.query_map([unit], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect()
@@ -1124,7 +1113,7 @@ fn same_json(stored: &str, text: &str, value: &serde_json::Value) -> bool {
 
 /// One transaction on the SQLite store, as the model's operations read and write it.
 struct SqliteTx<'c> {
-    conn: &'c Connection,
+    conn: &'c Conn,
     configs: &'c ConfigMemo,
     units: &'c Memo<String, UnitNames>,
     /// Whether this step added, removed or marked dying a unit: then its lists of live
@@ -1141,9 +1130,9 @@ struct SqliteTx<'c> {
 }
 
 impl SqliteTx<'_> {
-    fn exec(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize, StoreError> {
+    fn exec(&self, sql: &'static str, params: impl rusqlite::Params) -> Result<usize, StoreError> {
         self.conn
-            .prepare_cached(sql)
+            .cached(sql)
             .and_then(|mut s| s.execute(params))
             .db()
     }
@@ -1154,8 +1143,8 @@ impl SqliteTx<'_> {
     /// with one remote unit reads two bags, not those of the relation's every unit.
     fn bags(
         &self,
-        all: &str,
-        one: &str,
+        all: &'static str,
+        one: &'static str,
         id: RelationId,
         owners: &[&str],
     ) -> Result<Vec<SharedBag>, StoreError> {
@@ -1192,7 +1181,7 @@ impl ModelTx for SqliteTx<'_> {
     fn app_dying(&mut self, app: &str) -> TxResult<bool> {
         let dying: Option<bool> = self
             .conn
-            .prepare_cached("SELECT dying FROM applications WHERE name = ?1")
+            .cached("SELECT dying FROM applications WHERE name = ?1")
             .and_then(|mut s| s.query_row([app], |r| r.get(0)).optional())
             .db()?;
         Ok(dying.unwrap_or(false))
@@ -1200,7 +1189,7 @@ impl ModelTx for SqliteTx<'_> {
 
     fn dying_units(&mut self, app: &str) -> TxResult<Vec<String>> {
         self.conn
-            .prepare_cached("SELECT name FROM units WHERE app = ?1 AND dying ORDER BY number")
+            .cached("SELECT name FROM units WHERE app = ?1 AND dying ORDER BY number")
             .and_then(|mut s| s.query_map([app], |r| r.get(0))?.collect())
             .db()
     }
@@ -1210,7 +1199,7 @@ impl ModelTx for SqliteTx<'_> {
         // snapshots ask this of each unit.
         let dying: Option<bool> = self
             .conn
-            .prepare_cached("SELECT dying FROM units WHERE name = ?1")
+            .cached("SELECT dying FROM units WHERE name = ?1")
             .and_then(|mut s| s.query_row([unit], |r| r.get(0)).optional())
             .db()?;
         Ok(dying.unwrap_or(false))
@@ -1222,7 +1211,7 @@ impl ModelTx for SqliteTx<'_> {
         };
         let hook: Option<String> = self
             .conn
-            .prepare_cached("SELECT hook FROM hook_queue WHERE seq = ?1 AND unit = ?2")
+            .cached("SELECT hook FROM hook_queue WHERE seq = ?1 AND unit = ?2")
             .and_then(|mut s| {
                 s.query_row(rusqlite::params![seq, unit], |r| r.get(0))
                     .optional()
@@ -1261,7 +1250,7 @@ impl ModelTx for SqliteTx<'_> {
 
     fn module_stored(&mut self, hash: &str) -> TxResult<bool> {
         self.conn
-            .prepare_cached("SELECT 1 FROM modules WHERE hash = ?1")
+            .cached("SELECT 1 FROM modules WHERE hash = ?1")
             .and_then(|mut s| s.exists([hash]))
             .db()
     }
@@ -1334,7 +1323,7 @@ impl ModelTx for SqliteTx<'_> {
 
     fn app_charms(&mut self) -> TxResult<Vec<(String, String)>> {
         self.conn
-            .prepare_cached("SELECT name, charm FROM applications ORDER BY name")
+            .cached("SELECT name, charm FROM applications ORDER BY name")
             .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
             .db()
     }
@@ -1346,9 +1335,7 @@ impl ModelTx for SqliteTx<'_> {
     fn app_view(&mut self, app: &str) -> TxResult<Option<AppView>> {
         let row: Option<(String, String, String, Option<String>)> = self
             .conn
-            .prepare_cached(
-                "SELECT metadata, config, status, module FROM applications WHERE name = ?1",
-            )
+            .cached("SELECT metadata, config, status, module FROM applications WHERE name = ?1")
             .and_then(|mut s| {
                 s.query_row([app], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
                     .optional()
@@ -1374,9 +1361,9 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn live_units(&mut self, app: &str) -> TxResult<UnitNames> {
-        let read = |conn: &Connection| -> TxResult<UnitNames> {
+        let read = |conn: &Conn| -> TxResult<UnitNames> {
             // One statement, not the units and then the dying ones.
-            conn.prepare_cached(LIVE_UNITS)
+            conn.cached(LIVE_UNITS)
                 .and_then(|mut s| s.query_map([app], |r| r.get(0))?.collect())
                 .db()
         };
@@ -1385,7 +1372,7 @@ impl ModelTx for SqliteTx<'_> {
         }
         let generation: Option<i64> = self
             .conn
-            .prepare_cached(UNITS_GENERATION)
+            .cached(UNITS_GENERATION)
             .and_then(|mut s| s.query_row([app], |r| r.get(0)).optional())
             .db()?;
         let Some(generation) = generation else {
@@ -1403,7 +1390,7 @@ impl ModelTx for SqliteTx<'_> {
     fn next_unit_number(&mut self, app: &str) -> TxResult<Option<u32>> {
         let next: Option<i64> = self
             .conn
-            .prepare_cached("SELECT next_unit FROM applications WHERE name = ?1")
+            .cached("SELECT next_unit FROM applications WHERE name = ?1")
             .and_then(|mut s| s.query_row([app], |r| r.get(0)).optional())
             .db()?;
         next.map(|n| {
@@ -1421,7 +1408,7 @@ impl ModelTx for SqliteTx<'_> {
         type Row = (String, String, Option<String>, Option<i64>);
         let row: Option<Row> = self
             .conn
-            .prepare_cached(
+            .cached(
                 "SELECT status, workload_version, hook_error, elected_term FROM units WHERE name = ?1",
             )
             .and_then(|mut s| {
@@ -1457,7 +1444,7 @@ impl ModelTx for SqliteTx<'_> {
     fn relation(&mut self, id: RelationId) -> TxResult<Option<Arc<RelationRecord>>> {
         let row: Option<(String, String, bool)> = self
             .conn
-            .prepare_cached("SELECT interface, endpoints, dying FROM relations WHERE id = ?1")
+            .cached("SELECT interface, endpoints, dying FROM relations WHERE id = ?1")
             .and_then(|mut s| {
                 s.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                     .optional()
@@ -1480,7 +1467,7 @@ impl ModelTx for SqliteTx<'_> {
         // AUTOINCREMENT keeps the highest id ever given, so none is reused.
         let last: i64 = self
             .conn
-            .prepare_cached(
+            .cached(
                 "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'relations'), 0)",
             )
             .and_then(|mut s| s.query_row([], |r| r.get(0)))
@@ -1499,8 +1486,8 @@ impl ModelTx for SqliteTx<'_> {
     }
 
     fn app_bags(&mut self, id: RelationId, of: &[&str]) -> TxResult<Vec<SharedBag>> {
-        const ALL: &str = "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1";
-        const ONE: &str =
+        static ALL: &str = "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1";
+        static ONE: &str =
             "SELECT app, key, value FROM relation_app_bags WHERE relation = ?1 AND app = ?2";
         if self.app_bags_changed {
             return self.bags(ALL, ONE, id, of);
@@ -1509,7 +1496,7 @@ impl ModelTx for SqliteTx<'_> {
         for app in of {
             let generation: Option<i64> = self
                 .conn
-                .prepare_cached(APP_BAG_GENERATION)
+                .cached(APP_BAG_GENERATION)
                 .and_then(|mut s| s.query_row((id, app), |r| r.get(0)).optional())
                 .db()?;
             let Some(generation) = generation else {
@@ -1533,7 +1520,7 @@ impl ModelTx for SqliteTx<'_> {
     fn pod_spec_revision(&mut self, app: &str) -> TxResult<Option<u64>> {
         let revision: Option<i64> = self
             .conn
-            .prepare_cached("SELECT revision FROM pod_specs WHERE app = ?1")
+            .cached("SELECT revision FROM pod_specs WHERE app = ?1")
             .and_then(|mut s| s.query_row([app], |r| r.get(0)).optional())
             .db()?;
         Ok(revision.map(to_u64))
@@ -1576,7 +1563,7 @@ impl ModelTx for SqliteTx<'_> {
         // queue is compared where it lies, without decoding it.
         let (exists, waiting): (bool, bool) = self
             .conn
-            .prepare_cached(
+            .cached(
                 "SELECT EXISTS(SELECT 1 FROM units WHERE name = ?1),
                         EXISTS(SELECT 1 FROM hook_queue WHERE unit = ?1 AND hook = ?2
                                AND seq > (SELECT MIN(seq) FROM hook_queue WHERE unit = ?1))",
@@ -1601,9 +1588,7 @@ impl ModelTx for SqliteTx<'_> {
         type Row = (String, String, String, String, Option<String>);
         let rows: Vec<Row> = self
             .conn
-            .prepare_cached(
-                "SELECT name, charm, metadata, config, module FROM applications ORDER BY name",
-            )
+            .cached("SELECT name, charm, metadata, config, module FROM applications ORDER BY name")
             .and_then(|mut s| {
                 s.query_map([], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
@@ -1789,9 +1774,7 @@ impl ModelTx for SqliteTx<'_> {
         // AUTOINCREMENT keeps the highest id ever given, so none is reused.
         let last: i64 = self
             .conn
-            .prepare_cached(
-                "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'actions'), 0)",
-            )
+            .cached("SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'actions'), 0)")
             .and_then(|mut s| s.query_row([], |r| r.get(0)))
             .db()?;
         Ok(to_u64(last) + 1)
@@ -1803,7 +1786,7 @@ impl ModelTx for SqliteTx<'_> {
         };
         let record: Option<String> = self
             .conn
-            .prepare_cached("SELECT record FROM actions WHERE id = ?1")
+            .cached("SELECT record FROM actions WHERE id = ?1")
             .and_then(|mut s| s.query_row([key], |r| r.get(0)).optional())
             .db()?;
         record
@@ -1826,7 +1809,7 @@ impl ModelTx for SqliteTx<'_> {
         type Row = (i64, String, i64, String, String);
         let rows: Vec<Row> = self
             .conn
-            .prepare_cached(
+            .cached(
                 "SELECT seq, hook, at_ms, level, message FROM unit_logs WHERE unit = ?1 ORDER BY seq",
             )
             .and_then(|mut s| {
@@ -2014,7 +1997,7 @@ impl StateStore for SqliteStore {
     fn module<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
         Box::pin(async move {
             self.lock()
-                .prepare_cached("SELECT bytes FROM modules WHERE hash = ?1")
+                .cached("SELECT bytes FROM modules WHERE hash = ?1")
                 .and_then(|mut s| s.query_row([hash], |r| r.get(0)).optional())
                 .db()
         })
@@ -2119,11 +2102,11 @@ mod tests {
         let conn = store.lock();
         // The live units are read once for each application; then their generation stands
         // and the memo answers.
-        let live_units = conn.prepare_cached(LIVE_UNITS).unwrap();
+        let live_units = conn.cached(LIVE_UNITS).unwrap();
         assert_eq!(live_units.get_status(StatementStatus::Run), 2);
         drop(live_units);
         for sql in [RELATIONS_OF, UNITS_GENERATION] {
-            let stmt = conn.prepare_cached(sql).unwrap();
+            let stmt = conn.cached(sql).unwrap();
             assert_eq!(
                 stmt.get_status(StatementStatus::RePrepare),
                 0,
