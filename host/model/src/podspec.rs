@@ -1,7 +1,7 @@
 //! Strict validation of Juju pod spec version 3, so a charm hears about a bad field from
 //! `set_pod_spec` itself (naming the field) rather than from Kubernetes later.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value};
@@ -381,7 +381,9 @@ pub fn validate(spec: &str, k8s_resources: Option<&str>) -> Result<PodSpecWrite,
 /// assert!(last.holds("web", other, None) && !last.holds("web", spec, None));
 /// ```
 #[derive(Debug, Default)]
-pub struct LastValid(Mutex<HashMap<String, Arc<Accepted>>>);
+// By application, in a B-tree: a hook's lookup compares a few names, where hashing one
+// with the default hasher cost more.
+pub struct LastValid(Mutex<BTreeMap<String, Arc<Accepted>>>);
 
 #[derive(Debug)]
 struct Accepted {
@@ -431,7 +433,7 @@ impl LastValid {
         self.lock().get(app).cloned()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Accepted>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Accepted>>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

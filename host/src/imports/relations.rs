@@ -31,46 +31,59 @@ impl<'a> Seen<'a> {
         }
     }
 
-    /// Every entry, sorted by key: the stored entries and the writes (both sorted by key)
-    /// merged in one pass, a write over the stored entry of its key, a deletion leaving it
-    /// out.
-    fn entries(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+    /// Calls `f` with every entry, sorted by key: the stored entries and the writes (both
+    /// sorted by key) merged in one pass, a write over the stored entry of its key, a
+    /// deletion leaving it out. Without writes (a remote bag, or none made), the stored
+    /// entries as they are.
+    fn for_each(&self, mut f: impl FnMut(&'a str, &'a str)) {
         use std::cmp::Ordering;
-        let mut stored = self.stored.into_iter().flatten().peekable();
-        let mut writes = self.writes.into_iter().flatten().peekable();
-        std::iter::from_fn(move || {
-            loop {
-                let order = match (stored.peek(), writes.peek()) {
-                    (None, None) => return None,
-                    (Some(_), None) => Ordering::Less,
-                    (None, Some(_)) => Ordering::Greater,
-                    (Some((s, _)), Some((w, _))) => s.cmp(w),
-                };
-                if order == Ordering::Less {
-                    return stored.next().map(|(k, v)| (k.as_str(), v.as_str()));
-                }
-                if order == Ordering::Equal {
-                    stored.next();
-                }
-                if let Some((k, Some(v))) = writes.next() {
-                    return Some((k.as_str(), v.as_str()));
-                }
+        let Some(writes) = self.writes else {
+            for (k, v) in self.stored.into_iter().flatten() {
+                f(k, v);
             }
-        })
+            return;
+        };
+        let mut stored = self.stored.into_iter().flatten().peekable();
+        let mut writes = writes.iter().peekable();
+        loop {
+            let order = match (stored.peek(), writes.peek()) {
+                (None, None) => return,
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some((s, _)), Some((w, _))) => s.cmp(w),
+            };
+            if order == Ordering::Less {
+                if let Some((k, v)) = stored.next() {
+                    f(k, v);
+                }
+                continue;
+            }
+            if order == Ordering::Equal {
+                stored.next();
+            }
+            if let Some((k, Some(v))) = writes.next() {
+                f(k, v);
+            }
+        }
+    }
+
+    /// At least as many entries as the bag has: the vectors below are sized once.
+    fn len_bound(&self) -> usize {
+        self.stored.map_or(0, Bag::len) + self.writes.map_or(0, BagWrites::len)
     }
 
     fn all(&self) -> Vec<(String, String)> {
-        self.entries()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect()
+        let mut all = Vec::with_capacity(self.len_bound());
+        self.for_each(|k, v| all.push((k.to_owned(), v.to_owned())));
+        all
     }
 
     /// Every entry, values longer than `inline_max` bytes left out.
     fn inline(&self, inline_max: u32) -> Vec<(String, Option<String>)> {
         let fits = |v: &str| u32::try_from(v.len()).is_ok_and(|n| n <= inline_max);
-        self.entries()
-            .map(|(k, v)| (k.to_owned(), fits(v).then(|| v.to_owned())))
-            .collect()
+        let mut inline = Vec::with_capacity(self.len_bound());
+        self.for_each(|k, v| inline.push((k.to_owned(), fits(v).then(|| v.to_owned()))));
+        inline
     }
 }
 
@@ -356,17 +369,36 @@ mod tests {
         ]
         .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
         .into();
+        let owned = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
         let local = Seen::new(Side::Local, Some(&stored), Some(&writes));
-        let seen: Vec<_> = local.entries().collect();
         assert_eq!(
-            seen,
-            [("a", "1"), ("b", "20"), ("c", "3"), ("e", "5"), ("f", "6")]
+            local.all(),
+            owned(&[("a", "1"), ("b", "20"), ("c", "3"), ("e", "5"), ("f", "6")])
         );
         // The other side's bag shows no writes; writes alone show without a stored bag.
         let remote = Seen::new(Side::Remote, Some(&stored), Some(&writes));
-        assert_eq!(remote.entries().count(), 4);
+        assert_eq!(
+            remote.all(),
+            owned(&[("a", "1"), ("b", "2"), ("d", "4"), ("f", "6")])
+        );
         let fresh = Seen::new(Side::Local, None, Some(&writes));
-        let seen: Vec<_> = fresh.entries().collect();
-        assert_eq!(seen, [("b", "20"), ("c", "3"), ("e", "5")]);
+        assert_eq!(fresh.all(), owned(&[("b", "20"), ("c", "3"), ("e", "5")]));
+        // Inline: a value over the bound is left out, its key kept.
+        assert_eq!(
+            local.inline(1),
+            [
+                ("a", Some("1")),
+                ("b", None),
+                ("c", Some("3")),
+                ("e", Some("5")),
+                ("f", Some("6"))
+            ]
+            .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+        );
     }
 }
