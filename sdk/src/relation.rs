@@ -289,11 +289,14 @@ impl DataBag {
         if self.deferred.borrow().contains(key) {
             self.fetch(key);
         }
-        // A miss hands nothing out, so a `set` after it writes in place (no copy).
-        if !self.entries.borrow().contains_key(key) {
-            return None;
-        }
-        self.lend().get(key).map(String::as_str)
+        // One lookup. A miss hands nothing out, so a `set` after it writes in place (no
+        // copy).
+        let value: *const str = self.entries.borrow().get(key)?.as_str();
+        self.lent.set(true);
+        // SAFETY: as in `lend`: the value is in the current version of the entries, which
+        // this bag keeps, unchanged, until it is dropped (`lent` is set before the reference
+        // exists, so an edit copies the version first); the `Ref` is already let go.
+        Some(unsafe { &*value })
     }
 
     /// Every entry, sorted by key.
