@@ -338,12 +338,12 @@ fn scan<'a>(
     text: &'a str,
     mut pair: impl FnMut(&'a str, &'a str),
 ) -> Result<usize, ConnectionStringError> {
-    if text.trim().is_empty() {
+    // Trimmed once: white space is looked for character by character.
+    let rest = text.trim_start();
+    if rest.is_empty() {
         return Err(ConnectionStringError::Empty);
     }
-    if text.trim_start().starts_with("postgres://")
-        || text.trim_start().starts_with("postgresql://")
-    {
+    if rest.starts_with("postgres://") || rest.starts_with("postgresql://") {
         return Err(ConnectionStringError::Uri);
     }
     // Byte offsets into `text`, always on a character boundary: the syntax's characters are
@@ -355,7 +355,7 @@ fn scan<'a>(
             *i += n;
         }
     };
-    let mut i = 0;
+    let mut i = end - rest.len();
     let mut last = 0;
     loop {
         skip_space(&mut i);
