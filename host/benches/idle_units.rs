@@ -35,14 +35,7 @@ fn resident() -> (f64, f64) {
 }
 
 fn main() {
-    // The allocator is configured before the runtime starts its threads.
-    charm_host::allocator::configure();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-        .block_on(bench());
+    common::on_two_workers(bench());
 }
 
 async fn bench() {

@@ -476,14 +476,7 @@ async fn hops(kind: &str, hosts: usize, rounds: u64) -> Option<(Duration, Durati
 }
 
 fn main() {
-    // The allocator is configured before the runtime starts its threads.
-    charm_host::allocator::configure();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-        .block_on(bench());
+    common::on_two_workers(bench());
 }
 
 async fn bench() {

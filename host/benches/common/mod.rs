@@ -303,3 +303,15 @@ pub fn percentiles(times: &mut [Duration]) -> (Duration, Duration) {
 pub fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
+
+/// Runs `bench` on a two-worker tokio runtime, the allocator configured before the runtime
+/// starts its threads.
+pub fn on_two_workers<F: std::future::Future>(bench: F) -> F::Output {
+    charm_host::allocator::configure();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(bench)
+}
