@@ -422,7 +422,7 @@ impl SqliteStore {
     }
 
     fn lock(&self) -> MutexGuard<'_, Conn> {
-        // A panic inside a transaction drops the `Transaction`, which rolls it back, so a
+        // A panic inside a transaction drops its `HookTx`, which rolls it back, so a
         // poisoned connection holds no half-applied commit.
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
