@@ -449,8 +449,9 @@ fn is_ready(bag: &DataBag, want: &BTreeMap<&'static str, String>, egress: &[Stri
     let applied = want
         .iter()
         .all(|(key, value)| bag.get(key).unwrap_or_default().trim() == value);
-    let allowed = subnets(bag.get("allowed-subnets"));
-    applied && egress.iter().all(|s| allowed.contains(s))
+    // Compared where they lie in the bag's text, not copied out.
+    let allowed = bag.get("allowed-subnets").unwrap_or_default();
+    applied && egress.iter().all(|s| allowed.split(',').any(|a| a.trim() == s))
 }
 
 fn subnets(raw: Option<&str>) -> Vec<String> {
