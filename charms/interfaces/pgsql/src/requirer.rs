@@ -451,7 +451,10 @@ fn is_ready(bag: &DataBag, want: &BTreeMap<&'static str, String>, egress: &[Stri
         .all(|(key, value)| bag.get(key).unwrap_or_default().trim() == value);
     // Compared where they lie in the bag's text, not copied out.
     let allowed = bag.get("allowed-subnets").unwrap_or_default();
-    applied && egress.iter().all(|s| allowed.split(',').any(|a| a.trim() == s))
+    applied
+        && egress
+            .iter()
+            .all(|s| allowed.split(',').any(|a| a.trim() == s))
 }
 
 fn subnets(raw: Option<&str>) -> Vec<String> {
