@@ -109,7 +109,8 @@ impl DerefMut for Cached<'_> {
 impl Drop for Cached<'_> {
     fn drop(&mut self) {
         if let Some(stmt) = self.stmt.take() {
-            // SAFETY: the statement was compiled on `self.db.conn`, which is boxed (its
+            // SAFETY: the statement was compiled on `self.db.conn` (the store never swaps the
+            // statements of two `Cached`, which could come from two stores), which is boxed (its
             // address does not change) and outlives every statement in the map (they are
             // finalized first when the `Conn` drops). Widening its lifetime to `'static` only
             // lets the map hold it; it is handed out again only as `Statement<'db>`, borrowed
