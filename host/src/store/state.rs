@@ -673,10 +673,10 @@ pub trait StateStore: Send + Sync {
         Box::pin(async move {
             let unit = request.unit;
             let app = app_of(unit);
-            let owner_lease = charm_model::ownership_lease(unit);
-            let owned = [Records::Lease(&owner_lease)];
-            let queued = request.hook.map(|seq| Records::QueuedHook(unit, seq));
-            let reads = [
+            // The ownership lease's name is made only for a commit that names an owner, and
+            // the read set is built in place: both are on every hook's path.
+            let owner_lease = request.owner.map(|_| charm_model::ownership_lease(unit));
+            let mut reads = [
                 Records::Unit(unit),
                 Records::Apps,
                 Records::Relations,
@@ -685,13 +685,23 @@ pub trait StateStore: Send + Sync {
                 Records::Lease(app),
                 Records::AppStatus(app),
                 Records::BagsWritten(request.changes, unit),
+                // Room for the two optional reads below.
+                Records::Apps,
+                Records::Apps,
             ];
-            let owned = request.owner.map(|_| owned.as_slice()).unwrap_or_default();
-            let reads: Vec<Records<'_>> =
-                reads.iter().chain(owned).chain(&queued).copied().collect();
+            let mut len = 8;
+            if let Some(lease) = &owner_lease {
+                reads[len] = Records::Lease(lease);
+                len += 1;
+            }
+            if let Some(seq) = request.hook {
+                reads[len] = Records::QueuedHook(unit, seq);
+                len += 1;
+            }
+            let reads = &reads[..len];
             run(
                 self,
-                Step::write("commit", "commit of", unit, &reads),
+                Step::write("commit", "commit of", unit, reads),
                 |tx| commit::commit(tx, request),
             )
             .await
