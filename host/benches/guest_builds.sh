@@ -11,6 +11,12 @@
 #               imports 13 WASI interfaces). Needs wasm-tools (cargo install wasm-tools).
 #   stack-128k  wasm32-wasip2 with a 128 KiB stack instead of Rust's 1 MiB: a smaller linear
 #               memory for the slot's reset to scan.
+#   at-REV      discourse as the git revision REV wrote and built it (its SDK, its pgsql
+#               library, its contract), with today's empty charm: today's host running an
+#               older charm, beside today's charm in the same rounds. `B/full_hook/memory`
+#               against an older build's own bench's `full_hook/memory` is then the host's
+#               change alone; against today's `full_hook/memory`, the charm's. REV must
+#               write a contract the host still runs (0.1.0 onwards).
 #
 # For instructions instead of time, with the same B guests:
 #   HOOK_BENCH_B_GUESTS=$PWD/target/bench-guests-b/VARIANT host/benches/instructions.sh B/floor B/full_hook/memory
@@ -19,7 +25,7 @@
 # memory reset (valgrind's pool has two slots, which the B charms share).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-variant=${1:?"usage: $0 no-wasi|stack-128k"}
+variant=${1:?"usage: $0 no-wasi|stack-128k|at-REV"}
 build=$PWD/target/bench-guests-b/build-$variant
 # Absolute: cargo runs the bench in host/.
 out=$PWD/target/bench-guests-b/$variant
@@ -39,8 +45,20 @@ case $variant in
             cargo build --quiet --profile charm --target wasm32-wasip2 "${guests[@]}"
         cp "$build"/wasm32-wasip2/charm/{empty,discourse}.wasm "$out/"
         ;;
+    at-*)
+        rev=${variant#at-}
+        src=$build/src
+        rm -rf "$src" && mkdir -p "$src"
+        git archive "$rev" | tar -x -C "$src"
+        # The revision's own lock file and profile, so the charm is built as it was then.
+        CARGO_TARGET_DIR=$build cargo build --quiet --profile charm --target wasm32-wasip2 \
+            --manifest-path "$src/Cargo.toml" -p discourse
+        cp "$build/wasm32-wasip2/charm/discourse.wasm" "$out/"
+        CARGO_TARGET_DIR=$build/today cargo build --quiet --profile charm --target wasm32-wasip2 -p empty
+        cp "$build/today/wasm32-wasip2/charm/empty.wasm" "$out/"
+        ;;
     *)
-        echo "guest_builds.sh: no variant $variant (no-wasi, stack-128k)" >&2
+        echo "guest_builds.sh: no variant $variant (no-wasi, stack-128k, at-REV)" >&2
         exit 1
         ;;
 esac

@@ -37,7 +37,8 @@
 //! plain table's `store snapshot + commit (memory)`).
 //!
 //! `HOOK_BENCH_B_GUESTS=<dir>` compares charms built another way (another target, linker
-//! flags or toolchain): `<dir>` holds `empty.wasm` and `discourse.wasm` so built, and the
+//! flags or toolchain, or an older revision's discourse on an older contract the host
+//! still runs): `<dir>` holds `empty.wasm` (of today's world) and `discourse.wasm`, and the
 //! plain table gains `B/floor`, `B/instantiate/empty` and `B/full_hook/memory`, timed in
 //! the same interleaved rounds and reported against the same floor; the profiling mode
 //! gains the cases `B/floor` and `B/full_hook/memory`. `host/benches/guest_builds.sh`
