@@ -47,6 +47,8 @@ case $variant in
         ;;
     at-*)
         rev=${variant#at-}
+        git rev-parse --quiet --verify "$rev^{commit}" >/dev/null \
+            || { echo "guest_builds.sh: $rev names no commit of this repository" >&2; exit 1; }
         src=$build/src
         rm -rf "$src" && mkdir -p "$src"
         git archive "$rev" | tar -x -C "$src"
