@@ -685,11 +685,11 @@ pub trait StateStore: Send + Sync {
                 Records::Lease(app),
                 Records::AppStatus(app),
                 Records::BagsWritten(request.changes, unit),
-                // Room for the two optional reads below.
+                // Room for the two optional reads below, sliced off unless filled.
                 Records::Apps,
                 Records::Apps,
             ];
-            let mut len = 8;
+            let mut len = reads.len() - 2;
             if let Some(lease) = &owner_lease {
                 reads[len] = Records::Lease(lease);
                 len += 1;
