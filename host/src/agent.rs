@@ -623,17 +623,21 @@ impl UnitAgent {
         let began = Instant::now();
         // A charm's hooks read remote units' bags as they ask for them: a unit related to
         // a thousand others reads the few it looks at, and its commit checks only those.
-        let lazy = self.executor.reads_bags_as_asked();
-        let read = if lazy {
-            place
-                .run(
-                    self.store
-                        .hook_read_lazily(&self.unit, REMOTE_BAGS_UP_FRONT),
-                )
-                .await
+        let bags = if self.executor.reads_bags_as_asked() {
+            charm_model::snapshot::BagsRead::UpTo(REMOTE_BAGS_UP_FRONT)
         } else {
-            place.run(self.store.hook_read(&self.unit)).await
+            charm_model::snapshot::BagsRead::All
         };
+        // Leader-elected is this agent's own, run before the queue's head: it sees nothing
+        // the head is to bring (a relation-joined's remote unit).
+        let runs = if seq.is_some() {
+            charm_model::lifecycle::Runs::Head
+        } else {
+            charm_model::lifecycle::Runs::BeforeHead
+        };
+        let read = place
+            .run(self.store.hook_read_as(&self.unit, bags, runs))
+            .await;
         let mut read = match read {
             Ok(read) => read,
             Err(StoreError::NotFound(what)) if what == format!("unit {}", self.unit) => {

@@ -10,7 +10,7 @@ use crate::records::{
 };
 use crate::removal::{finish_unit, reap_relation};
 use crate::routing::follow_ups;
-use crate::snapshot::{BagsRead, HookRead, hook_read_of};
+use crate::snapshot::{BagsRead, HookRead, Runs, hook_read_for};
 use crate::tx::{BagOwner, ElectedTerm, ModelTx, UnitUpdate};
 
 /// The leadership a commit depends on: the application's lease must still have this holder
@@ -167,8 +167,15 @@ pub fn commit<T: ModelTx + ?Sized>(
         }
     }
     // Last of the checks: a hook committed already is refused as such above, not rerun.
+    // A hook the host made for itself (leader-elected) ran before the queue's head.
+    let runs = if hook.is_some() {
+        Runs::Head
+    } else {
+        Runs::BeforeHead
+    };
     if let Some(read) = read
-        && hook_read_of(tx, &read.snapshot.model, unit, BagsRead::As(&read.snapshot))? != *read
+        && hook_read_for(tx, &read.snapshot.model, unit, BagsRead::As(&read.snapshot), runs)?
+            != *read
     {
         return Err(CommitError::Stale {
             unit: unit.to_string(),
@@ -228,7 +235,21 @@ pub fn commit<T: ModelTx + ?Sized>(
         .map(|e| e.app.as_str())
         .chain(receipt.leader_data_changed.then_some(app));
     let units = units_by_app(tx, reached)?;
-    let hooks = follow_ups(unit, &receipt, &relations, |a| {
+    // A leaving unit has departed, or is about to depart, from every other unit's view:
+    // its bag's changes reach no one (a relation-changed about it would come after, or
+    // without, their relation-joined about it).
+    let leaving = !receipt.unit_bags_changed.is_empty() && tx.unit_dying(unit)?;
+    let routed;
+    let receipt_routed = if leaving {
+        routed = CommitReceipt {
+            unit_bags_changed: Vec::new(),
+            ..receipt.clone()
+        };
+        &routed
+    } else {
+        &receipt
+    };
+    let hooks = follow_ups(unit, receipt_routed, &relations, |a| {
         units.get(a).map_or(&[][..], |u| &u[..])
     });
     let queued = enqueue(tx, hooks)?;

@@ -156,7 +156,9 @@ where
 
 /// Whether a unit leading with `term` owes leader-elected now: once per term (the store
 /// records the term leader-elected ran for with its commit, `elected_term`), and after
-/// install (Juju's order), so not while install or leader-elected is still queued on it.
+/// install and the relation-created hooks (Juju's order: its uniter asks the created
+/// relations' resolver before the leadership one), so not while install, relation-created
+/// or leader-elected is still queued on it.
 ///
 /// ```
 /// use charm_model::Hook;
@@ -164,6 +166,13 @@ where
 ///
 /// assert!(owes_leader_elected(None, 1, &[Hook::ConfigChanged, Hook::Start]));
 /// assert!(!owes_leader_elected(None, 1, &[Hook::Install, Hook::ConfigChanged]));
+/// let peers = charm_model::RelationHook {
+///     id: 1,
+///     endpoint: "peers".into(),
+///     remote_app: "db".into(),
+///     remote_unit: None,
+/// };
+/// assert!(!owes_leader_elected(None, 1, &[Hook::RelationCreated(peers), Hook::Start]));
 /// assert!(!owes_leader_elected(Some(1), 1, &[]), "once per term");
 /// assert!(owes_leader_elected(Some(1), 2, &[]), "a new term");
 /// ```
@@ -176,7 +185,7 @@ pub fn owes_leader_elected<'h>(
     elected_term != Some(term)
         && !queue
             .into_iter()
-            .any(|h| *h == Hook::Install || *h == Hook::LeaderElected)
+            .any(|h| matches!(h, Hook::Install | Hook::LeaderElected | Hook::RelationCreated(_)))
 }
 
 #[cfg(test)]

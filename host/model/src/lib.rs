@@ -9,6 +9,9 @@
 //!   model operation ([`upgrade`]: moving an application to a new module), written once against [`ModelTx`], the records a store reads and
 //!   writes in one atomic step; [`endpoints`]: which endpoints `app[:endpoint]` names.
 //! - [`routing`]: which hooks each change fires; [`network`]: a unit's addresses.
+//! - [`lifecycle`]: Juju's order of hooks and what a model holds between them, checked on
+//!   any history and any store's model.
+//! - [`walk`]: random walks of operator commands and hooks, checked against [`lifecycle`].
 //!
 //! A new rule goes here; a store only keeps records and makes a step atomic.
 
@@ -21,6 +24,7 @@ pub mod config;
 pub mod endpoints;
 pub mod error;
 pub mod leadership;
+pub mod lifecycle;
 pub mod limits;
 pub mod memory;
 pub mod network;
@@ -33,6 +37,7 @@ pub mod snapshot;
 pub mod status;
 pub mod tx;
 pub mod upgrade;
+pub mod walk;
 
 pub use commit::{CommitReceipt, Committed, Fence, HookCommit};
 pub use error::{CommitError, StoreError};

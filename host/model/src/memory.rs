@@ -268,6 +268,19 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
         Ok(self.records.units.get(unit).is_some_and(|u| u.dying))
     }
 
+    fn not_yet_seen(
+        &mut self,
+        unit: &str,
+        runs: crate::lifecycle::Runs,
+    ) -> TxResult<crate::lifecycle::NotYetSeen> {
+        Ok(self
+            .records
+            .units
+            .get(unit)
+            .map(|u| crate::lifecycle::NotYetSeen::of(u.queue.hooks.values(), runs))
+            .unwrap_or_default())
+    }
+
     fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>> {
         Ok(self
             .records
@@ -832,6 +845,10 @@ mod tests {
             endpoint: "db".into(),
         });
         let (rel, _) = add_relation(&mut tx, "pgsql", endpoints.into()).unwrap();
+        // web/0 has run its hooks: it sees the relation and db/0 in it.
+        for queued in tx.queue_of("web/0").unwrap().unwrap() {
+            tx.dequeue("web/0", queued.seq).unwrap();
+        }
         let bag = |tx: &mut MemoryTx<'_, HeldLeases>, unit: &str| {
             snapshot(tx, "m", "web/0").unwrap().relations[&rel.id].unit_bags[unit].clone()
         };

@@ -34,7 +34,8 @@ pub struct Deployed {
     pub units: Vec<String>,
     /// Its peer relations.
     pub relations: Vec<RelationRecord>,
-    /// The hooks its peer relations queued (each unit's first hooks are queued with it).
+    /// The hooks its peer relations queued: none, as they are made before the units (each
+    /// unit's first hooks, its relation-created among them, are queued with it).
     pub queued: Vec<QueuedHook>,
 }
 
@@ -85,9 +86,8 @@ pub fn deploy<T: ModelTx + ?Sized>(
         .collect();
     add_application(tx, record)?;
     let mut deployed = Deployed::default();
-    for _ in 0..units {
-        deployed.units.push(add_unit(tx, &name)?);
-    }
+    // The peer relations first: each unit then enters them as any unit joining an
+    // existing relation does, relation-created after install and before start.
     for (interface, endpoint) in peers {
         let side = RelationEndpoint {
             app: name.clone(),
@@ -96,6 +96,9 @@ pub fn deploy<T: ModelTx + ?Sized>(
         let (relation, queued) = add_relation(tx, &interface, vec![side])?;
         deployed.relations.push(relation);
         deployed.queued.extend(queued);
+    }
+    for _ in 0..units {
+        deployed.units.push(add_unit(tx, &name)?);
     }
     Ok(deployed)
 }
@@ -311,10 +314,19 @@ pub fn resolve_unit<T: ModelTx + ?Sized>(
             .next()
             .map(|q| (q.seq, q.hook)),
     };
-    if !retry && let Some((seq, _)) = &failed {
-        tx.dequeue(unit, *seq)?;
-    }
     set_hook_error(tx, unit, None)?;
+    if !retry && let Some((seq, hook)) = &failed {
+        tx.dequeue(unit, *seq)?;
+        // A skipped hook counts as run (Juju's uniter commits it as done): the last steps
+        // of a removal happen as they would after its commit.
+        match hook {
+            Hook::Remove => crate::removal::finish_unit(tx, unit)?,
+            Hook::RelationBroken(r) => {
+                crate::removal::reap_relation(tx, r.id)?;
+            }
+            _ => {}
+        }
+    }
     Ok(failed.map(|(_, hook)| hook))
 }
 

@@ -47,7 +47,8 @@ pub fn relation_hooks(
 /// The hooks `unit`'s commit fires on other units: relation-changed on the other side of
 /// each bag that changed (about `unit` for its unit bag, about no unit for its application
 /// bag), and leader-settings-changed on the application's other units when the leader
-/// settings changed.
+/// settings changed. A relation being removed fires nothing: its units are owed only their
+/// relation-departed and relation-broken (Juju's uniter drops its pending changes).
 pub fn follow_ups<'u, R: std::borrow::Borrow<RelationRecord>>(
     unit: &str,
     receipt: &CommitReceipt,
@@ -62,7 +63,11 @@ pub fn follow_ups<'u, R: std::borrow::Borrow<RelationRecord>>(
         .map(|id| (*id, Some(unit.to_string())))
         .chain(receipt.app_bags_changed.iter().map(|id| (*id, None)));
     for (id, remote_unit) in changed {
-        let Some(rel) = relations.iter().map(|r| r.borrow()).find(|r| r.id == id) else {
+        let Some(rel) = relations
+            .iter()
+            .map(|r| r.borrow())
+            .find(|r| r.id == id && !r.dying)
+        else {
             continue;
         };
         let Some(remote) = rel.remote(app) else {

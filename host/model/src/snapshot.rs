@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::{StoreError, not_found};
+pub use crate::lifecycle::Runs;
 use crate::network::{reads_as, with_network_keys};
 use crate::operations::live_units;
 use crate::records::{Hook, RelationId, RelationView, SharedBag, UnitNames, UnitSnapshot, app_of};
@@ -42,6 +43,18 @@ pub fn snapshot_of<T: ModelTx + ?Sized>(
     unit: &str,
     bags: BagsRead<'_>,
 ) -> Result<UnitSnapshot, StoreError> {
+    snapshot_for(tx, model, unit, bags, Runs::Head)
+}
+
+/// [`snapshot_of`] for the hook that `runs`: the head of the unit's queue, or one its
+/// agent runs before it.
+pub fn snapshot_for<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    model: &str,
+    unit: &str,
+    bags: BagsRead<'_>,
+    runs: Runs,
+) -> Result<UnitSnapshot, StoreError> {
     let app = app_of(unit);
     let record = tx
         .unit(unit)?
@@ -52,16 +65,40 @@ pub fn snapshot_of<T: ModelTx + ?Sized>(
     // A unit being removed, or a relation being removed, has no remote units left: they
     // departed (Juju shows the departing unit in no relation's list either).
     let leaving = tx.unit_dying(unit)?;
+    // Juju's order ([`crate::lifecycle`]): no relation during install, a relation from its
+    // relation-created on, a remote unit from its relation-joined on.
+    let not_yet = tx.not_yet_seen(unit, runs)?;
     let mut relations = BTreeMap::new();
-    for rel in tx.relations_of(app)? {
+    let related = if not_yet.installing {
+        Vec::new()
+    } else {
+        tx.relations_of(app)?
+    };
+    for rel in related {
         let (Some(local), Some(remote)) = (rel.local(app), rel.remote(app)) else {
             continue;
         };
+        if not_yet.relations.contains(&rel.id)
+            || ((leaving || rel.dying) && !not_yet.still_in_scope(rel.id))
+        {
+            continue;
+        }
         let mut remote_units = if leaving || rel.dying {
             UnitNames::default()
         } else {
             live_units(tx, &remote.app)?
         };
+        if !not_yet.remote_units.is_empty()
+            && remote_units
+                .iter()
+                .any(|u| not_yet.remote_units.contains(&(rel.id, u.clone())))
+        {
+            remote_units = remote_units
+                .iter()
+                .filter(|u| !not_yet.remote_units.contains(&(rel.id, (*u).clone())))
+                .cloned()
+                .collect();
+        }
         if remote_units.contains(unit) {
             // A peer relation: the other units (a new list; the application's is shared).
             remote_units = remote_units
@@ -207,7 +244,18 @@ pub fn hook_read_of<T: ModelTx + ?Sized>(
     unit: &str,
     bags: BagsRead<'_>,
 ) -> Result<HookRead, StoreError> {
-    let snapshot = snapshot_of(tx, model, unit, bags)?;
+    hook_read_for(tx, model, unit, bags, Runs::Head)
+}
+
+/// [`hook_read_of`] for the hook that `runs` ([`snapshot_for`]).
+pub fn hook_read_for<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    model: &str,
+    unit: &str,
+    bags: BagsRead<'_>,
+    runs: Runs,
+) -> Result<HookRead, StoreError> {
+    let snapshot = snapshot_for(tx, model, unit, bags, runs)?;
     Ok(HookRead {
         snapshot,
         pod_spec_revision: tx.pod_spec_revision(app_of(unit))?,

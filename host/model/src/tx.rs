@@ -193,6 +193,20 @@ pub trait ModelTx {
     /// The hooks queued on the unit, in order; `None` if there is no such unit.
     fn queued_hooks(&mut self, unit: &str) -> TxResult<Option<Vec<Hook>>>;
 
+    /// What `unit`'s hook that `runs` does not see yet, from its queue
+    /// ([`NotYetSeen::of`](crate::lifecycle::NotYetSeen::of)); nothing hidden if there is no
+    /// such unit. A store that can answer without reading the queue out answers here.
+    fn not_yet_seen(
+        &mut self,
+        unit: &str,
+        runs: crate::lifecycle::Runs,
+    ) -> TxResult<crate::lifecycle::NotYetSeen> {
+        Ok(self
+            .queued_hooks(unit)?
+            .map(|queue| crate::lifecycle::NotYetSeen::of(&queue, runs))
+            .unwrap_or_default())
+    }
+
     /// The hook with this sequence number, if it is queued on the unit.
     fn queued_hook(&mut self, unit: &str, seq: u64) -> TxResult<Option<Hook>>;
 

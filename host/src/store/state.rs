@@ -604,14 +604,25 @@ pub trait StateStore: Send + Sync {
     /// What a hook of `unit` reads, as of now: its snapshot and what its commit checks
     /// is unchanged ([`charm_model::snapshot::hook_read`], [`HookCommit::read`]).
     fn hook_read<'a>(&'a self, unit: &'a str) -> StoreFuture<'a, HookRead> {
-        Box::pin(read_for_hook(self, unit, snapshot::BagsRead::All))
+        self.hook_read_as(unit, snapshot::BagsRead::All, snapshot::Runs::Head)
+    }
+
+    /// What a hook of `unit` that `runs` (the queue's head, or one its agent runs before
+    /// it) reads, with the remote units' bags `bags` says.
+    fn hook_read_as<'a>(
+        &'a self,
+        unit: &'a str,
+        bags: snapshot::BagsRead<'static>,
+        runs: snapshot::Runs,
+    ) -> StoreFuture<'a, HookRead> {
+        Box::pin(read_for_hook(self, unit, bags, runs))
     }
 
     /// [`hook_read`](Self::hook_read) without the remote units' bags of relations with
     /// more than `up_to` remote units, which the hook reads as it asks for them
     /// ([`unit_bag`](Self::unit_bag)); its commit checks those it read.
     fn hook_read_lazily<'a>(&'a self, unit: &'a str, up_to: usize) -> StoreFuture<'a, HookRead> {
-        Box::pin(read_for_hook(self, unit, snapshot::BagsRead::UpTo(up_to)))
+        self.hook_read_as(unit, snapshot::BagsRead::UpTo(up_to), snapshot::Runs::Head)
     }
 
     /// `unit`'s bag in relation `relation`, as of now (empty if it has none).
@@ -791,6 +802,7 @@ async fn read_for_hook<S: StateStore + ?Sized>(
     store: &S,
     unit: &str,
     bags: snapshot::BagsRead<'static>,
+    runs: snapshot::Runs,
 ) -> Result<HookRead, StoreError> {
     let app = app_of(unit);
     let model = store.model_name();
@@ -805,7 +817,7 @@ async fn read_for_hook<S: StateStore + ?Sized>(
     run(
         store,
         Step::read("hook_read", "snapshot of", unit, &reads),
-        |tx| snapshot::hook_read_of(tx, model, unit, bags),
+        |tx| snapshot::hook_read_for(tx, model, unit, bags, runs),
     )
     .await
 }

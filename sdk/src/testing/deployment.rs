@@ -429,7 +429,13 @@ impl Deployment {
     fn run_hook(&mut self, unit: &str, seq: Option<u64>, hook: Hook) {
         let app = app_of(unit).to_string();
         let lease = self.leases.live(&app).filter(|l| l.holder == unit);
-        let state = self.unit_state(unit, lease.is_some());
+        // Leader-elected runs before the queue's head, and sees nothing it is to bring.
+        let runs = if seq.is_some() {
+            charm_model::lifecycle::Runs::Head
+        } else {
+            charm_model::lifecycle::Runs::BeforeHead
+        };
+        let state = self.unit_state_for(unit, lease.is_some(), runs);
         let charm = &self.charms[&app];
         let (out, writes) = charm.run(unit, event_of(&hook), state);
         let fence = lease.map(|l| Fence {
@@ -477,11 +483,21 @@ impl Deployment {
     }
 
     fn unit_state(&mut self, unit: &str, leader: bool) -> State {
+        self.unit_state_for(unit, leader, charm_model::lifecycle::Runs::Head)
+    }
+
+    fn unit_state_for(
+        &mut self,
+        unit: &str,
+        leader: bool,
+        runs: charm_model::lifecycle::Runs,
+    ) -> State {
         let model = self.model.clone();
         let app = app_of(unit).to_string();
         let (snapshot, pod_spec, record) = self
             .step(|tx| -> Result<_, StoreError> {
-                let snapshot = charm_model::snapshot::snapshot(tx, &model, unit)?;
+                let bags = charm_model::snapshot::BagsRead::All;
+                let snapshot = charm_model::snapshot::snapshot_for(tx, &model, unit, bags, runs)?;
                 Ok((snapshot, tx.pod_spec(&app)?, tx.unit(unit)?))
             })
             .unwrap_or_else(|e| panic!("{e}"));
