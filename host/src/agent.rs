@@ -623,7 +623,8 @@ impl UnitAgent {
         let began = Instant::now();
         // A charm's hooks read remote units' bags as they ask for them: a unit related to
         // a thousand others reads the few it looks at, and its commit checks only those.
-        let bags = if self.executor.reads_bags_as_asked() {
+        let lazy = self.executor.reads_bags_as_asked();
+        let bags = if lazy {
             charm_model::snapshot::BagsRead::UpTo(REMOTE_BAGS_UP_FRONT)
         } else {
             charm_model::snapshot::BagsRead::All

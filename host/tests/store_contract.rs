@@ -121,6 +121,28 @@ struct Model {
     other_db: RelationRecord,
 }
 
+/// Runs every hook queued on `units`, in order, each writing nothing: the units as their
+/// agents leave them once idle. A hook sees a relation only from its relation-created on,
+/// and a remote unit from its relation-joined on.
+async fn hooks_run(store: &dyn Store, units: &[&str]) {
+    for unit in units {
+        for queued in store.queued(unit).await.unwrap() {
+            store
+                .commit(unit, Some(queued.seq), &Changes::default(), None)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// [`deploy`], with every hook the deployment queued run: the model at rest, each unit
+/// seeing its relations and their remote units.
+async fn deploy_at_rest(store: &dyn Store) -> Model {
+    let m = deploy(store).await;
+    hooks_run(store, &ALL_UNITS).await;
+    m
+}
+
 /// Two hosts on one store (`here` and `there`, `m` deployed): `there` adds a unit and
 /// marks one dying, and `here`'s next snapshot of `db/0` lists web's units as they are
 /// now, whatever it kept from its last read; so does `there`'s.
@@ -133,6 +155,7 @@ async fn another_hosts_unit_changes_show(here: &dyn Store, there: &dyn Store, m:
 
     assert_eq!(there.add_unit("web").await.unwrap(), "web/3");
     let after = here.snapshot("db/0").await.unwrap();
+    // db/0's next hook is web/3's relation-joined, which sees it.
     assert_eq!(units(after), ["web/0", "web/1", "web/2", "web/3"]);
 
     there.remove_unit("web/1").await.unwrap();
@@ -393,7 +416,7 @@ async fn terms_are_per_application(store: &dyn Store) {
 // ---------------------------------------------------------------- fenced commits
 
 async fn fenced_commit_with_current_term_is_applied(store: &dyn Store) {
-    let m = deploy(store).await;
+    let m = deploy_at_rest(store).await;
     let fence = hold(store, "web", "web/0", LONG).await;
     let receipt = store
         .commit("web/0", None, &leader_hook(&m), Some(&fence))
@@ -437,7 +460,7 @@ async fn fenced_commit_with_current_term_is_applied(store: &dyn Store) {
 }
 
 async fn stale_term_commit_is_rejected_and_applies_nothing(store: &dyn Store) {
-    let m = deploy(store).await;
+    let m = deploy_at_rest(store).await;
     let stale = hold(store, "web", "web/0", LONG).await;
     store.release("web", "web/0").await.unwrap();
     let current = hold(store, "web", "web/0", LONG).await;
@@ -451,7 +474,7 @@ async fn stale_term_commit_is_rejected_and_applies_nothing(store: &dyn Store) {
 }
 
 async fn commit_fenced_by_another_holder_is_rejected(store: &dyn Store) {
-    let m = deploy(store).await;
+    let m = deploy_at_rest(store).await;
     let leader = hold(store, "web", "web/1", LONG).await;
     // web/0 presents web/1's fence: the fence must name the committing unit.
     let err = store
@@ -485,7 +508,7 @@ async fn commit_fenced_by_another_holder_is_rejected(store: &dyn Store) {
 }
 
 async fn commit_after_expiry_is_rejected(store: &dyn Store) {
-    let m = deploy(store).await;
+    let m = deploy_at_rest(store).await;
     let fence = hold(store, "web", "web/0", short()).await;
     tokio::time::sleep(past_short()).await;
     // Nobody else claimed: the lease still names web/0 and its term, but it has expired.
@@ -498,7 +521,7 @@ async fn commit_after_expiry_is_rejected(store: &dyn Store) {
 }
 
 async fn unfenced_leader_only_writes_are_refused(store: &dyn Store) {
-    let m = deploy(store).await;
+    let m = deploy_at_rest(store).await;
     let all = leader_hook(&m);
     let leader_only = [
         Changes {
@@ -539,7 +562,7 @@ async fn unfenced_leader_only_writes_are_refused(store: &dyn Store) {
 }
 
 async fn unit_writes_need_no_fence(store: &dyn Store) {
-    let m = deploy(store).await;
+    let m = deploy_at_rest(store).await;
     let changes = Changes {
         unit_bags: BTreeMap::from([(m.web_db.id, writes(&[("host", Some("web-1"))]))]),
         unit_status: Some(status(StatusKind::Waiting, "for db")),
@@ -592,7 +615,7 @@ fn full_values(prefix: &str, n: usize) -> BagWrites {
 /// Two commits, each as large as the model's limits allow (`charm_model::limits`), are
 /// applied: what a store rewrites for them fits etcd's default request size.
 async fn commits_at_the_limits_are_applied(store: &dyn Store) {
-    let m = deploy(store).await;
+    let m = deploy_at_rest(store).await;
     let fence = hold(store, "web", "web/0", LONG).await;
     // The leader settings and stored state filled first: the second commit rewrites them.
     let fill = Changes {
@@ -660,7 +683,7 @@ async fn commits_at_the_limits_are_applied(store: &dyn Store) {
 
 /// A commit past a limit is refused by every store, naming the limit, and applies nothing.
 async fn a_commit_past_a_limit_applies_nothing(store: &dyn Store) {
-    let m = deploy(store).await;
+    let m = deploy_at_rest(store).await;
     let fence = hold(store, "web", "web/0", LONG).await;
     let mut changes = leader_hook(&m);
     changes.leader_data = full_values("leader-", (limits::HOOK_WRITES_MAX / FULL_VALUE) + 1);
@@ -674,7 +697,7 @@ async fn a_commit_past_a_limit_applies_nothing(store: &dyn Store) {
 }
 
 async fn unknown_relation_applies_nothing(store: &dyn Store) {
-    let m = deploy(store).await;
+    let m = deploy_at_rest(store).await;
     let fence = hold(store, "web", "web/0", LONG).await;
     let unknown = 9_999;
     let mut changes = leader_hook(&m);
@@ -839,7 +862,7 @@ async fn pod_spec_revision_grows_only_on_change(store: &dyn Store) {
 }
 
 async fn receipt_lists_only_what_changed(store: &dyn Store) {
-    let m = deploy(store).await;
+    let m = deploy_at_rest(store).await;
     let fence = hold(store, "web", "web/0", LONG).await;
     let both = |w: BagWrites| BTreeMap::from([(m.web_db.id, w.clone()), (m.peers.id, w)]);
     let changes = Changes {
@@ -906,7 +929,7 @@ async fn receipt_lists_only_what_changed(store: &dyn Store) {
 // ---------------------------------------------------------------- reading the model
 
 async fn snapshot_shows_what_a_hook_may_read(store: &dyn Store) {
-    let m = deploy(store).await;
+    let m = deploy_at_rest(store).await;
     // Data from every side, written by each unit's own commit.
     let web_fence = hold(store, "web", "web/0", LONG).await;
     let db_fence = hold(store, "db", "db/0", LONG).await;
@@ -2727,11 +2750,17 @@ async fn deploy_adds_units_and_peer_relations_in_one_step(store: &dyn Store) {
         BTreeMap::from([("port".to_string(), ConfigValue::Int(8080))])
     );
     let queue = hooks_of(&store.queued("web/1").await.unwrap());
-    assert_eq!(
-        queue[..3],
-        [Hook::Install, Hook::ConfigChanged, Hook::Start]
-    );
     let p = deployed.relations[0].id;
+    // Juju's order: the peer relation is created after install, before start.
+    assert_eq!(
+        queue[..4],
+        [
+            Hook::Install,
+            Hook::RelationCreated(about(p, "cluster", "web", None)),
+            Hook::ConfigChanged,
+            Hook::Start
+        ]
+    );
     assert!(queue.contains(&Hook::RelationJoined(about(
         p,
         "cluster",
@@ -3541,7 +3570,7 @@ mod etcd_only {
     async fn another_hosts_changes_show_in_the_next_snapshot() {
         let server = EtcdServer::start();
         let here = open(&server, "shared").await;
-        let m = deploy(&here).await;
+        let m = deploy_at_rest(&here).await;
         let there = open(&server, "shared").await;
         another_hosts_unit_changes_show(&here, &there, &m).await;
 
@@ -4055,7 +4084,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.db");
         let here = SqliteStore::open(&path, "test-model").unwrap();
-        let m = deploy(&here).await;
+        let m = deploy_at_rest(&here).await;
         let there = SqliteStore::open(&path, "test-model").unwrap();
         another_hosts_unit_changes_show(&here, &there, &m).await;
 
@@ -4477,7 +4506,7 @@ mod sqlite_only {
         let path = dir.path().join("model.db");
         let (m, before) = {
             let store = SqliteStore::open(&path, "test-model").unwrap();
-            let m = deploy(&store).await;
+            let m = deploy_at_rest(&store).await;
             (m, store.snapshot("web/0").await.unwrap())
         };
         assert!(!before.relations.is_empty());
@@ -4716,7 +4745,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.db");
         let a = Arc::new(SqliteStore::open(&path, "test-model").unwrap());
-        let m = deploy(a.as_ref()).await;
+        let m = deploy_at_rest(a.as_ref()).await;
         let b = Arc::new(SqliteStore::open(&path, "test-model").unwrap());
 
         // Both claim at once, many times over, for fresh applications. Enough rounds that

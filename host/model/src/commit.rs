@@ -174,8 +174,13 @@ pub fn commit<T: ModelTx + ?Sized>(
         Runs::BeforeHead
     };
     if let Some(read) = read
-        && hook_read_for(tx, &read.snapshot.model, unit, BagsRead::As(&read.snapshot), runs)?
-            != *read
+        && hook_read_for(
+            tx,
+            &read.snapshot.model,
+            unit,
+            BagsRead::As(&read.snapshot),
+            runs,
+        )? != *read
     {
         return Err(CommitError::Stale {
             unit: unit.to_string(),

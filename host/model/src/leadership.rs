@@ -183,9 +183,12 @@ pub fn owes_leader_elected<'h>(
 ) -> bool {
     use crate::records::Hook;
     elected_term != Some(term)
-        && !queue
-            .into_iter()
-            .any(|h| matches!(h, Hook::Install | Hook::LeaderElected | Hook::RelationCreated(_)))
+        && !queue.into_iter().any(|h| {
+            matches!(
+                h,
+                Hook::Install | Hook::LeaderElected | Hook::RelationCreated(_)
+            )
+        })
 }
 
 #[cfg(test)]

@@ -212,7 +212,10 @@ pub fn check_history(history: &[Ran]) -> Vec<Violation> {
             }
             Hook::RelationCreated(r) => {
                 if life.relations.contains_key(&r.id) {
-                    bad(Rule::CreatedFirst, format!("relation {} created again", r.id));
+                    bad(
+                        Rule::CreatedFirst,
+                        format!("relation {} created again", r.id),
+                    );
                 }
                 life.relations.insert(r.id, RelationLife::default());
             }
@@ -459,7 +462,10 @@ pub fn check_model(inventory: &Inventory) -> Vec<Violation> {
             if !queued {
                 bad(
                     Rule::DyingRelationStuck,
-                    format!("relation {} is dying with no hook queued about it", record.describe()),
+                    format!(
+                        "relation {} is dying with no hook queued about it",
+                        record.describe()
+                    ),
                 );
             }
         } else {
@@ -468,7 +474,11 @@ pub fn check_model(inventory: &Inventory) -> Vec<Violation> {
                 if !exists(&e.app) || (dying && !record.is_peer()) {
                     bad(
                         Rule::LiveRelation,
-                        format!("relation {} joins {}, which is gone or dying", record.describe(), e.app),
+                        format!(
+                            "relation {} joins {}, which is gone or dying",
+                            record.describe(),
+                            e.app
+                        ),
                     );
                 }
             }
@@ -481,7 +491,11 @@ pub fn check_model(inventory: &Inventory) -> Vec<Violation> {
             {
                 bad(
                     Rule::QueuedForGone,
-                    format!("{unit} has {} queued for relation {}, which is gone", q.hook.name(), r.id),
+                    format!(
+                        "{unit} has {} queued for relation {}, which is gone",
+                        q.hook.name(),
+                        r.id
+                    ),
                 );
             }
         }
@@ -494,24 +508,39 @@ pub fn check_model(inventory: &Inventory) -> Vec<Violation> {
             .collect();
         let last_is_remove = removes == [u.queue.len().saturating_sub(1)] && !u.queue.is_empty();
         if u.dying && !last_is_remove {
-            bad(Rule::RemoveLast, format!("{unit} is dying without remove queued last"));
+            bad(
+                Rule::RemoveLast,
+                format!("{unit} is dying without remove queued last"),
+            );
         }
         if !u.dying && !removes.is_empty() {
-            bad(Rule::RemoveLast, format!("{unit} has remove queued but is not dying"));
+            bad(
+                Rule::RemoveLast,
+                format!("{unit} has remove queued but is not dying"),
+            );
         }
     }
     for (app, a) in &inventory.apps {
         if a.dying
-            && let Some(live) = a.units.iter().find(|u| inventory.units.get(*u).is_some_and(|u| !u.dying))
+            && let Some(live) = a
+                .units
+                .iter()
+                .find(|u| inventory.units.get(*u).is_some_and(|u| !u.dying))
         {
-            bad(Rule::DyingAppLiveUnit, format!("{app} is dying but {live} is not"));
+            bad(
+                Rule::DyingAppLiveUnit,
+                format!("{app} is dying but {live} is not"),
+            );
         }
         if let Some(lease) = &a.lease
             && !a.units.iter().any(|u| u == lease.unit())
         {
             bad(
                 Rule::LeaseHolder,
-                format!("{app}'s lease is held by {}, not one of its units", lease.holder),
+                format!(
+                    "{app}'s lease is held by {}, not one of its units",
+                    lease.holder
+                ),
             );
         }
     }
@@ -538,7 +567,10 @@ pub fn check_settled(inventory: &Inventory) -> Vec<Violation> {
             continue;
         }
         match &a.lease {
-            None => bad(Rule::SettledLeader, format!("{app} has units and no leader")),
+            None => bad(
+                Rule::SettledLeader,
+                format!("{app} has units and no leader"),
+            ),
             Some(lease) => {
                 let elected = inventory
                     .units
@@ -563,7 +595,10 @@ pub fn check_settled(inventory: &Inventory) -> Vec<Violation> {
             bad(Rule::SettledDying, format!("unit {unit} is dying"));
         }
         if let Some(error) = u.record.as_ref().and_then(|r| r.hook_error.as_ref()) {
-            bad(Rule::SettledError, format!("unit {unit} is in error: {error}"));
+            bad(
+                Rule::SettledError,
+                format!("unit {unit} is in error: {error}"),
+            );
         }
         if !u.queue.is_empty() {
             bad(Rule::SettledDying, format!("unit {unit} has hooks queued"));
@@ -571,7 +606,10 @@ pub fn check_settled(inventory: &Inventory) -> Vec<Violation> {
     }
     for rel in inventory.relations.values() {
         if let Some(record) = rel.record.as_ref().filter(|r| r.dying) {
-            bad(Rule::SettledDying, format!("relation {} is dying", record.describe()));
+            bad(
+                Rule::SettledDying,
+                format!("relation {} is dying", record.describe()),
+            );
         }
     }
     found
@@ -612,18 +650,31 @@ impl NotYetSeen {
     /// relation-created hooks one by one: here a relation-created hook sees the relations
     /// created before it, not those after).
     pub fn of<'h>(queue: impl IntoIterator<Item = &'h Hook>, runs: Runs) -> NotYetSeen {
-        let first_behind = match runs {
-            Runs::Head => 1,
-            Runs::BeforeHead => 0,
-        };
+        Self::of_queued(
+            queue
+                .into_iter()
+                .enumerate()
+                .map(|(at, hook)| (at == 0, hook)),
+            runs,
+        )
+    }
+
+    /// [`of`](Self::of) from some of a queue's hooks, in order, each with whether it is the
+    /// queue's head: a store may leave out every hook that is not install or a
+    /// relation-created, -joined or -broken.
+    pub fn of_queued<'h>(
+        queue: impl IntoIterator<Item = (bool, &'h Hook)>,
+        runs: Runs,
+    ) -> NotYetSeen {
         let mut not = NotYetSeen::default();
-        for (at, hook) in queue.into_iter().enumerate() {
+        for (head, hook) in queue {
+            let behind = !head || runs == Runs::BeforeHead;
             match hook {
                 Hook::Install => not.installing = true,
-                Hook::RelationCreated(r) if at >= first_behind => {
+                Hook::RelationCreated(r) if behind => {
                     not.relations.insert(r.id);
                 }
-                Hook::RelationJoined(r) if at >= first_behind => {
+                Hook::RelationJoined(r) if behind => {
                     if let Some(x) = &r.remote_unit {
                         not.remote_units.insert((r.id, x.clone()));
                     }

@@ -25,7 +25,9 @@ use std::collections::BTreeMap;
 
 use crate::commit::{Fence, HookCommit, commit};
 use crate::error::{CommitError, StoreError};
-use crate::lifecycle::{Inventory, Ran, Violation, check_history, check_model, check_settled, seen};
+use crate::lifecycle::{
+    Inventory, Ran, Violation, check_history, check_model, check_settled, seen,
+};
 use crate::memory::{HeldLeases, MemoryRecords, MemoryTx};
 use crate::records::{
     ActionMeta, ActionOutput, ApplicationRecord, CharmMetadata, ConfigOptionMeta, ConfigValue,
@@ -35,14 +37,15 @@ use crate::tx::ModelTx;
 
 /// A store a walk runs on: one atomic step at a time, and the application leases.
 pub trait WalkStore {
-    /// Runs `op` in one atomic step; its writes apply only if it answers `true`.
-    fn step(&mut self, op: &mut dyn FnMut(&mut dyn ModelTx) -> bool);
+    /// Runs `op` in one atomic step; its writes apply only if it answers `true`. A store
+    /// may run it more than once (etcd's, on a conflict); the last run's answer stands.
+    fn step(&mut self, op: &mut (dyn FnMut(&mut dyn ModelTx) -> bool + Send));
     /// Claims `app`'s lease for `unit` if no unexpired lease is held; the term granted.
     fn claim(&mut self, app: &str, unit: &str) -> Option<u64>;
     /// Lets `app`'s lease expire.
     fn expire(&mut self, app: &str);
-    /// Keeps a module's bytes under `hash`.
-    fn put_module(&mut self, hash: &str, bytes: &[u8]);
+    /// Keeps a module's bytes; the hash the store keeps them under.
+    fn put_module(&mut self, bytes: &[u8]) -> String;
 }
 
 /// The model core's own records as a [`WalkStore`]: a step that fails is not undone, so a
@@ -58,7 +61,7 @@ pub struct MemoryModel {
 }
 
 impl WalkStore for MemoryModel {
-    fn step(&mut self, op: &mut dyn FnMut(&mut dyn ModelTx) -> bool) {
+    fn step(&mut self, op: &mut (dyn FnMut(&mut dyn ModelTx) -> bool + Send)) {
         let mut tx = MemoryTx {
             records: &mut self.records,
             leases: &mut self.leases,
@@ -86,8 +89,11 @@ impl WalkStore for MemoryModel {
         self.leases.0.remove(app);
     }
 
-    fn put_module(&mut self, hash: &str, bytes: &[u8]) {
-        self.records.put_module(hash, bytes);
+    fn put_module(&mut self, bytes: &[u8]) -> String {
+        // Named by their text: a walk's modules are their own names.
+        let hash = String::from_utf8_lossy(bytes).into_owned();
+        self.records.put_module(&hash, bytes);
+        hash
     }
 }
 
@@ -300,15 +306,22 @@ impl<S: WalkStore> Walk<S> {
     fn operation<R>(
         &mut self,
         op: &Op,
-        mut run: impl FnMut(&mut dyn ModelTx) -> Result<R, StoreError>,
-    ) -> Result<Option<R>, WalkError> {
+        mut run: impl FnMut(&mut dyn ModelTx) -> Result<R, StoreError> + Send,
+    ) -> Result<Option<R>, WalkError>
+    where
+        R: Send,
+    {
         let step = self.steps;
         let mut out = None;
         self.store.step(&mut |tx| {
             let before = Inventory::read(tx);
             let result = run(tx);
             let ok = result.is_ok();
-            out = Some((before, result.map_err(|e| e.to_string()), if ok { None } else { Some(Inventory::read(tx)) }));
+            out = Some((
+                before,
+                result.map_err(|e| e.to_string()),
+                if ok { None } else { Some(Inventory::read(tx)) },
+            ));
             ok
         });
         let Some((before, result, after)) = out else {
@@ -373,7 +386,9 @@ impl<S: WalkStore> Walk<S> {
                     config: BTreeMap::new(),
                     module: None,
                 };
-                self.operation(op, |tx| crate::operations::deploy(tx, record.clone(), units))?;
+                self.operation(op, |tx| {
+                    crate::operations::deploy(tx, record.clone(), units)
+                })?;
             }
             Op::AddUnit { app } => {
                 let name = APPS[app % APPS.len()].0;
@@ -403,8 +418,9 @@ impl<S: WalkStore> Walk<S> {
             Op::Upgrade { app } => {
                 let (name, charm) = APPS[app % APPS.len()];
                 self.modules += 1;
-                let hash = format!("module-{}", self.modules);
-                self.store.put_module(&hash, hash.as_bytes());
+                let hash = self
+                    .store
+                    .put_module(format!("module-{}", self.modules).as_bytes());
                 self.operation(op, |tx| {
                     crate::upgrade::upgrade_charm(tx, name, charm, metadata(charm), &hash)
                 })?;
@@ -509,9 +525,13 @@ impl<S: WalkStore> Walk<S> {
                 .find(|(_, u)| u.record.as_ref().is_some_and(|r| r.hook_error.is_some()));
             if let Some((unit, _)) = failing {
                 let unit = unit.clone();
-                self.operation(&Op::Resolve { pick: 0, retry: true }, |tx| {
-                    crate::operations::resolve_unit(tx, &unit, true)
-                })?;
+                self.operation(
+                    &Op::Resolve {
+                        pick: 0,
+                        retry: true,
+                    },
+                    |tx| crate::operations::resolve_unit(tx, &unit, true),
+                )?;
                 continue;
             }
             let inventory = self.inventory()?;
@@ -547,7 +567,11 @@ fn owes_elected(inventory: &Inventory, unit: &str) -> Option<u64> {
     let stopping = u.queue.first().is_some_and(|q| q.hook == Hook::Stop);
     (lease.unit() == unit
         && !stopping
-        && crate::leadership::owes_leader_elected(elected, lease.term, u.queue.iter().map(|q| &q.hook)))
+        && crate::leadership::owes_leader_elected(
+            elected,
+            lease.term,
+            u.queue.iter().map(|q| &q.hook),
+        ))
     .then_some(lease.term)
 }
 
@@ -563,7 +587,9 @@ fn run_in(
     let lease = tx.live_lease(app).map_err(store)?;
     let record = tx.unit(unit).map_err(store)?;
     let queue = tx.queue_of(unit).map_err(store)?.unwrap_or_default();
-    let Some(record) = record else { return Ok(None) };
+    let Some(record) = record else {
+        return Ok(None);
+    };
     let stopping = queue.first().is_some_and(|q| q.hook == Hook::Stop);
     let leads = lease.as_ref().filter(|l| l.unit() == unit);
     let elected = leads.filter(|l| {
@@ -590,8 +616,9 @@ fn run_in(
     } else {
         crate::lifecycle::Runs::BeforeHead
     };
-    let read = crate::snapshot::hook_read_for(tx, "walk", unit, crate::snapshot::BagsRead::All, runs)
-        .map_err(store)?;
+    let read =
+        crate::snapshot::hook_read_for(tx, "walk", unit, crate::snapshot::BagsRead::All, runs)
+            .map_err(store)?;
     let fence = leads.map(|l| Fence {
         app: app.to_string(),
         holder: l.holder.clone(),
@@ -604,13 +631,15 @@ fn run_in(
     if write {
         let value = format!("{step}");
         for id in read.snapshot.relations.keys() {
-            changes
-                .unit_bags
-                .insert(*id, BTreeMap::from([("k".to_string(), Some(value.clone()))]));
+            changes.unit_bags.insert(
+                *id,
+                BTreeMap::from([("k".to_string(), Some(value.clone()))]),
+            );
             if fence.is_some() {
-                changes
-                    .app_bags
-                    .insert(*id, BTreeMap::from([("a".to_string(), Some(value.clone()))]));
+                changes.app_bags.insert(
+                    *id,
+                    BTreeMap::from([("a".to_string(), Some(value.clone()))]),
+                );
             }
         }
         if fence.is_some() {

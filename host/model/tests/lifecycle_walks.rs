@@ -102,7 +102,10 @@ fn a_relation_being_removed_fires_no_relation_changed_and_is_reaped() {
         .iter()
         .filter(|r| matches!(r.hook, charm_model::Hook::RelationBroken(_)))
         .count();
-    assert!(broken >= 3, "every unit of both sides broke the relation: {history:?}");
+    assert!(
+        broken >= 3,
+        "every unit of both sides broke the relation: {history:?}"
+    );
 }
 
 /// Found second: leader-elected, which the agent runs before the head of the queue, saw
@@ -122,7 +125,10 @@ fn leader_elected_does_not_see_a_unit_before_its_relation_joined() {
 /// Found third: stop and remove still saw the relations the leaving unit had broken.
 #[test]
 fn a_leaving_unit_sees_no_relation_after_its_relation_broken() {
-    keeps(&[Op::Deploy { app: 0, units: 1 }, Op::RemoveUnit { app: 0, pick: 0 }]);
+    keeps(&[
+        Op::Deploy { app: 0, units: 1 },
+        Op::RemoveUnit { app: 0, pick: 0 },
+    ]);
 }
 
 /// Found fourth: a leaving unit's bag writes queued relation-changed about it on a unit
@@ -174,7 +180,9 @@ fn a_unit_starts_in_jujus_order() {
         "{names:?}"
     );
     assert!(
-        names[6..].iter().all(|n| n.contains("-relation-joined") || n.contains("-relation-changed")),
+        names[6..]
+            .iter()
+            .all(|n| n.contains("-relation-joined") || n.contains("-relation-changed")),
         "{names:?}"
     );
 }

@@ -1951,6 +1951,21 @@ impl ModelTx for EtcdTx<'_> {
         })
     }
 
+    fn not_yet_seen(
+        &mut self,
+        unit: &str,
+        runs: charm_model::lifecycle::Runs,
+    ) -> TxResult<charm_model::lifecycle::NotYetSeen> {
+        // Not a dependency of the step: what a hook does not see yet grows only with hooks
+        // queued by changes the step depends on already (a new unit, a new relation), and
+        // shrinks only with this unit's own commits.
+        let queue = self.peek_queue(unit)?;
+        Ok(charm_model::lifecycle::NotYetSeen::of(
+            queue.iter().map(|(_, e)| &e.hook),
+            runs,
+        ))
+    }
+
     fn queued_hooks(&mut self, unit: &str) -> TxResult<Option<Vec<Hook>>> {
         if !self.unit_exists(unit)? {
             return Ok(None);

@@ -1558,6 +1558,39 @@ impl ModelTx for SqliteTx<'_> {
         ))
     }
 
+    fn not_yet_seen(
+        &mut self,
+        unit: &str,
+        runs: charm_model::lifecycle::Runs,
+    ) -> TxResult<charm_model::lifecycle::NotYetSeen> {
+        // Only the hooks that hide something, read where they lie: a unit with thousands of
+        // relation-changed queued decodes none of them.
+        let rows: Vec<(bool, String)> = self
+            .conn
+            .cached(
+                "SELECT seq = (SELECT MIN(seq) FROM hook_queue WHERE unit = ?1), hook
+                 FROM hook_queue WHERE unit = ?1
+                   AND (hook = '{\"hook\":\"install\"}'
+                        OR hook LIKE '{\"hook\":\"relation-created\"%'
+                        OR hook LIKE '{\"hook\":\"relation-joined\"%'
+                        OR hook LIKE '{\"hook\":\"relation-broken\"%')
+                 ORDER BY seq",
+            )
+            .and_then(|mut s| {
+                s.query_map([unit], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect()
+            })
+            .db()?;
+        let hooks = rows
+            .into_iter()
+            .map(|(head, text)| Ok((head, decode::<Hook>(&text, || format!("a hook of {unit}"))?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(charm_model::lifecycle::NotYetSeen::of_queued(
+            hooks.iter().map(|(head, hook)| (*head, hook)),
+            runs,
+        ))
+    }
+
     fn coalesces(&mut self, unit: &str, hook: &Hook) -> TxResult<Option<bool>> {
         // Hooks are stored in one canonical encoding: equal hooks have equal texts, so the
         // queue is compared where it lies, without decoding it.
@@ -2094,6 +2127,16 @@ mod tests {
                 .add_relation("pgsql", endpoints.to_vec())
                 .await
                 .unwrap();
+            // Their hooks have run: each sees the relation and the other in it.
+            for unit in ["web/0", "db/0"] {
+                for queued in store.queued(unit).await.unwrap() {
+                    let none = charm_model::Changes::default();
+                    store
+                        .commit(unit, Some(queued.seq), &none, None)
+                        .await
+                        .unwrap();
+                }
+            }
             for unit in ["web/0", "db/0", "web/0", "db/0", "web/0"] {
                 let snapshot = store.snapshot(unit).await.unwrap();
                 assert_eq!(snapshot.relations.len(), 1, "{unit} sees the relation");
