@@ -598,6 +598,9 @@ impl Controller {
             .unwrap_or_else(|e| e.into_inner())
             .insert(app.to_string(), executor.clone());
         let mut names = Vec::new();
+        // The peer relations first, as the model core's deploy makes them: each unit then
+        // runs their relation-created after install and before start (Juju's order).
+        self.ensure_peer_relations(&record).await?;
         // Every unit is in the store before any agent runs, so the first leader's
         // leader-settings-changed reaches all of its followers.
         for _ in 0..units {
@@ -607,7 +610,6 @@ impl Controller {
         for unit in &names {
             self.start_agent(unit, executor.clone()).await?;
         }
-        self.ensure_peer_relations(&record).await?;
         Ok(names)
     }
 

@@ -106,8 +106,9 @@ pub fn charm_host_binary() -> PathBuf {
     bin
 }
 
-/// Fails the test when the `charm-host` binary is missing or older than the host's sources:
-/// `cargo test --workspace` builds it, `cargo test -p charm-tests` alone does not.
+/// Fails the test when the `charm-host` binary is missing or older than the host's sources
+/// (its own and its model core's): `cargo test --workspace` builds it, `cargo test -p
+/// charm-tests` alone does not.
 pub fn assert_fresh_binary(bin: &Path) {
     let built = std::fs::metadata(bin)
         .and_then(|m| m.modified())
@@ -117,8 +118,8 @@ pub fn assert_fresh_binary(bin: &Path) {
                 bin.display()
             )
         });
-    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/src");
-    let mut stack = vec![sources];
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut stack = vec![manifest.join("../host/src"), manifest.join("../host/model/src")];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap().flatten() {
             let path = entry.path();

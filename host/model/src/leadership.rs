@@ -156,9 +156,9 @@ where
 
 /// Whether a unit leading with `term` owes leader-elected now: once per term (the store
 /// records the term leader-elected ran for with its commit, `elected_term`), and after
-/// install and the relation-created hooks (Juju's order: its uniter asks the created
-/// relations' resolver before the leadership one), so not while install, relation-created
-/// or leader-elected is still queued on it.
+/// install and the relation-created hooks that wait at the head of its queue (Juju's
+/// order: its uniter asks the created relations' resolver before the leadership one), so
+/// not while install or leader-elected is queued, nor while a relation-created is next.
 ///
 /// ```
 /// use charm_model::Hook;
@@ -172,7 +172,9 @@ where
 ///     remote_app: "db".into(),
 ///     remote_unit: None,
 /// };
-/// assert!(!owes_leader_elected(None, 1, &[Hook::RelationCreated(peers), Hook::Start]));
+/// assert!(!owes_leader_elected(None, 1, &[Hook::RelationCreated(peers.clone()), Hook::Start]));
+/// // A relation related later waits its turn: leader-elected is not held back for it.
+/// assert!(owes_leader_elected(None, 1, &[Hook::Start, Hook::RelationCreated(peers)]));
 /// assert!(!owes_leader_elected(Some(1), 1, &[]), "once per term");
 /// assert!(owes_leader_elected(Some(1), 2, &[]), "a new term");
 /// ```
@@ -182,13 +184,13 @@ pub fn owes_leader_elected<'h>(
     queue: impl IntoIterator<Item = &'h crate::records::Hook>,
 ) -> bool {
     use crate::records::Hook;
+    let mut queue = queue.into_iter().peekable();
+    let created_next = queue
+        .peek()
+        .is_some_and(|h| matches!(h, Hook::RelationCreated(_)));
     elected_term != Some(term)
-        && !queue.into_iter().any(|h| {
-            matches!(
-                h,
-                Hook::Install | Hook::LeaderElected | Hook::RelationCreated(_)
-            )
-        })
+        && !created_next
+        && !queue.any(|h| *h == Hook::Install || *h == Hook::LeaderElected)
 }
 
 #[cfg(test)]

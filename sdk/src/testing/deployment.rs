@@ -242,6 +242,9 @@ impl Deployment {
     /// model.deploy::<Web>("web", 1).unwrap();
     /// model.deploy::<Db>("db", 1).unwrap();
     /// let id = model.relate("web:db", "db").unwrap();
+    /// // A unit sees the relation from its relation-created on.
+    /// assert!(model.unit("web/0").relation_by_id(id).is_none());
+    /// model.run_until_idle();
     /// assert_eq!(model.unit("web/0").relation_by_id(id).unwrap().remote_app, "db");
     /// ```
     pub fn relate(&mut self, a: &str, b: &str) -> Result<u32, StoreError> {
