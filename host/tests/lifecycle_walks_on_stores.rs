@@ -75,23 +75,7 @@ impl WalkStore for HostModel {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let app = 0usize..3;
-    prop_oneof![
-        2 => (app.clone(), 0u32..3).prop_map(|(app, units)| Op::Deploy { app, units }),
-        2 => app.clone().prop_map(|app| Op::AddUnit { app }),
-        2 => (app.clone(), 0usize..4).prop_map(|(app, pick)| Op::RemoveUnit { app, pick }),
-        3 => app.clone().prop_map(|app| Op::Relate { app }),
-        2 => app.clone().prop_map(|app| Op::RemoveRelation { app }),
-        1 => (app.clone(), any::<u8>()).prop_map(|(app, value)| Op::Config { app, value }),
-        1 => app.clone().prop_map(|app| Op::Upgrade { app }),
-        1 => (app.clone(), any::<bool>()).prop_map(|(app, force)| Op::RemoveApplication { app, force }),
-        1 => (app.clone(), 0usize..4).prop_map(|(app, pick)| Op::RunAction { app, pick }),
-        2 => (app.clone(), 0usize..4).prop_map(|(app, pick)| Op::Elect { app, pick }),
-        1 => app.clone().prop_map(|app| Op::Expire { app }),
-        14 => (0usize..8, any::<bool>(), prop::bool::weighted(0.05))
-            .prop_map(|(pick, write, fail)| Op::Run { pick, write, fail }),
-        1 => (0usize..4, any::<bool>()).prop_map(|(pick, retry)| Op::Resolve { pick, retry }),
-    ]
+    any::<(u8, u8, u8)>().prop_map(|(kind, a, b)| Op::drawn(kind, a, b))
 }
 
 fn walks() -> u32 {

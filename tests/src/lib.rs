@@ -25,6 +25,32 @@ pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/guests.rs"));
 }
 
+/// Polls `done` every 100 ms until it holds; fails the test, naming `what`, once `limit`
+/// has passed without it.
+pub fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Writes, in `dir`, a bundle of discourse (`discourse_units` units) related to postgresql
+/// (one unit), with both modules copied beside it; the bundle's path.
+pub fn discourse_bundle(dir: &Path, discourse_units: u32) -> PathBuf {
+    std::fs::copy(guests::DISCOURSE, dir.join("discourse.wasm")).unwrap();
+    std::fs::copy(guests::POSTGRESQL, dir.join("postgresql.wasm")).unwrap();
+    let bundle = dir.join("bundle.yaml");
+    std::fs::write(
+        &bundle,
+        format!(
+            "applications:\n  discourse: {{charm: discourse.wasm, num_units: {discourse_units}}}\n  postgresql: {{charm: postgresql.wasm, num_units: 1}}\nrelations:\n  - [\"discourse:db\", \"postgresql:db\"]\n"
+        ),
+    )
+    .unwrap();
+    bundle
+}
+
 /// A runtime with test-friendly limits.
 pub fn runtime() -> CharmRuntime {
     runtime_with(RuntimeConfig {
@@ -119,7 +145,10 @@ pub fn assert_fresh_binary(bin: &Path) {
             )
         });
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut stack = vec![manifest.join("../host/src"), manifest.join("../host/model/src")];
+    let mut stack = vec![
+        manifest.join("../host/src"),
+        manifest.join("../host/model/src"),
+    ];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap().flatten() {
             let path = entry.path();

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use charm_host::store::{ModelStatus, SqliteStore, Store};
-use charm_tests::guests;
+use charm_tests::{guests, wait_until};
 
 /// The hosts' lease, for leadership and for unit ownership alike.
 const LEASE: Duration = Duration::from_secs(3);
@@ -43,14 +43,6 @@ fn leader_commits(log: &Path) -> usize {
         .filter(|l| l.contains("hook committed") && l.contains("leader=true"))
         .filter(|l| !l.contains("pod_spec_revision=0 "))
         .count()
-}
-
-fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// The model as the test reads it, through its own handle on the store.

@@ -7,10 +7,10 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use charm_host::store::{ModelStatus, SqliteStore, StateStore};
-use charm_tests::guests;
+use charm_tests::{guests, wait_until};
 
 fn host(bin: &Path, bundle: &Path, store: &str, units: &str, log: &Path) -> Child {
     Command::new(bin)
@@ -46,14 +46,6 @@ fn operate(bin: &Path, store: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 /// Kills the hosts when the test ends, passing or not; a failed test shows the end of

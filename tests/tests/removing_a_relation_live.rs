@@ -6,10 +6,10 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use charm_host::store::{SqliteStore, StateStore};
-use charm_tests::guests;
+use charm_tests::wait_until;
 
 /// Runs an operator's command against the store; its stdout, and whether it succeeded.
 fn operate(bin: &Path, store: &str, args: &[&str]) -> (bool, String) {
@@ -24,14 +24,6 @@ fn operate(bin: &Path, store: &str, args: &[&str]) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
-}
-
-fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Kills the host when the test ends, passing or not, showing its log's end on a failure.
@@ -56,14 +48,7 @@ impl Drop for Host {
 fn a_relation_removed_under_a_running_host_goes_and_can_be_made_again() {
     let bin = charm_tests::charm_host_binary();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(guests::DISCOURSE, dir.path().join("discourse.wasm")).unwrap();
-    std::fs::copy(guests::POSTGRESQL, dir.path().join("postgresql.wasm")).unwrap();
-    let bundle = dir.path().join("bundle.yaml");
-    std::fs::write(
-        &bundle,
-        "applications:\n  discourse: {charm: discourse.wasm, num_units: 2}\n  postgresql: {charm: postgresql.wasm, num_units: 1}\nrelations:\n  - [\"discourse:db\", \"postgresql:db\"]\n",
-    )
-    .unwrap();
+    let bundle = charm_tests::discourse_bundle(dir.path(), 2);
     let db = dir.path().join("model.db");
     let store = format!("sqlite:{}", db.display());
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use charm_host::store::{SqliteStore, StateStore};
-use charm_tests::guests;
+use charm_tests::wait_until;
 
 fn host(bin: &Path, bundle: &Path, store: &str, units: &str, log: &Path) -> Child {
     Command::new(bin)
@@ -56,26 +56,11 @@ fn leader_commits(log: &Path) -> Vec<(String, u64)> {
         .collect()
 }
 
-fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn two_hosts_sharing_a_store_never_both_lead() {
     let bin = charm_tests::charm_host_binary();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(guests::DISCOURSE, dir.path().join("discourse.wasm")).unwrap();
-    std::fs::copy(guests::POSTGRESQL, dir.path().join("postgresql.wasm")).unwrap();
-    let bundle = dir.path().join("bundle.yaml");
-    std::fs::write(
-        &bundle,
-        "applications:\n  discourse: {charm: discourse.wasm, num_units: 3}\n  postgresql: {charm: postgresql.wasm, num_units: 1}\nrelations:\n  - [\"discourse:db\", \"postgresql:db\"]\n",
-    )
-    .unwrap();
+    let bundle = charm_tests::discourse_bundle(dir.path(), 3);
     let db = dir.path().join("model.db");
     let store_arg = format!("sqlite:{}", db.display());
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -191,6 +191,54 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// The step three drawn numbers make: `kind` picks the operation, in proportions that
+    /// keep a walk busy with hooks (about half its steps run one), `a` and `b` its
+    /// arguments. A property-testing strategy draws the numbers, so that shrinking works on
+    /// them and every test draws walks alike.
+    ///
+    /// ```
+    /// use charm_model::walk::Op;
+    ///
+    /// assert_eq!(Op::drawn(0, 1, 2), Op::Deploy { app: 1, units: 2 });
+    /// assert!(matches!(Op::drawn(255, 0, 0), Op::Run { .. }));
+    /// ```
+    pub fn drawn(kind: u8, a: u8, b: u8) -> Op {
+        let app = usize::from(a % 3);
+        let pick = usize::from(b % 8);
+        // Weights out of 36: the operator's commands 18, leadership 3, hooks 14, resolved 1.
+        match kind % 36 {
+            0..=1 => Op::Deploy {
+                app,
+                units: u32::from(b % 3),
+            },
+            2..=3 => Op::AddUnit { app },
+            4..=5 => Op::RemoveUnit { app, pick },
+            6..=8 => Op::Relate { app },
+            9..=10 => Op::RemoveRelation { app },
+            11 => Op::Config { app, value: b },
+            12 => Op::Upgrade { app },
+            13 => Op::RemoveApplication {
+                app,
+                force: b % 2 == 0,
+            },
+            14 => Op::RunAction { app, pick },
+            15..=16 => Op::Elect { app, pick },
+            17 => Op::Expire { app },
+            18 => Op::Resolve {
+                pick,
+                retry: a % 2 == 0,
+            },
+            _ => Op::Run {
+                pick,
+                write: a % 2 == 0,
+                // One hook in twenty fails.
+                fail: b % 20 == 0,
+            },
+        }
+    }
+}
+
 /// Why a walk stopped.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum WalkError {
