@@ -661,7 +661,7 @@ impl NotYetSeen {
 
     /// [`of`](Self::of) from some of a queue's hooks, in order, each with whether it is the
     /// queue's head: a store may leave out every hook that is not install or a
-    /// relation-created, -joined or -broken.
+    /// relation-created, -joined or -broken ([`depends_on`](Self::depends_on)).
     pub fn of_queued<'h>(
         queue: impl IntoIterator<Item = (bool, &'h Hook)>,
         runs: Runs,
@@ -686,6 +686,18 @@ impl NotYetSeen {
             }
         }
         not
+    }
+
+    /// Whether a queued `hook` can hide anything ([`of_queued`](Self::of_queued) needs only
+    /// these): install, relation-created, -joined and -broken.
+    pub fn depends_on(hook: &Hook) -> bool {
+        matches!(
+            hook,
+            Hook::Install
+                | Hook::RelationCreated(_)
+                | Hook::RelationJoined(_)
+                | Hook::RelationBroken(_)
+        )
     }
 
     /// Whether a relation that is being removed, or of a unit that is leaving, is still in

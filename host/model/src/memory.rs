@@ -88,18 +88,26 @@ struct UnitEntry {
 struct HookQueue {
     hooks: BTreeMap<u64, Hook>,
     counts: HashMap<Hook, usize>,
+    /// The queued hooks that hide something from a hook's snapshot (install, and
+    /// relation-created, -joined and -broken: [`NotYetSeen`](crate::lifecycle::NotYetSeen)),
+    /// so that a snapshot does not walk a long queue of relation-changed to find them.
+    scope: BTreeMap<u64, Hook>,
 }
 
 impl HookQueue {
     fn push(&mut self, seq: u64, hook: &Hook) {
         *self.counts.entry(hook.clone()).or_default() += 1;
         self.hooks.insert(seq, hook.clone());
+        if crate::lifecycle::NotYetSeen::depends_on(hook) {
+            self.scope.insert(seq, hook.clone());
+        }
     }
 
     fn remove(&mut self, seq: u64) {
         let Some(hook) = self.hooks.remove(&seq) else {
             return;
         };
+        self.scope.remove(&seq);
         if let Some(n) = self.counts.get_mut(&hook) {
             *n -= 1;
             if *n == 0 {
@@ -277,7 +285,14 @@ impl<L: LeaseBook + ?Sized> ModelTx for MemoryTx<'_, L> {
             .records
             .units
             .get(unit)
-            .map(|u| crate::lifecycle::NotYetSeen::of(u.queue.hooks.values(), runs))
+            .map(|u| {
+                let head = u.queue.hooks.first_key_value().map(|(seq, _)| *seq);
+                let scope = u.queue.scope.iter();
+                crate::lifecycle::NotYetSeen::of_queued(
+                    scope.map(|(seq, hook)| (Some(*seq) == head, hook)),
+                    runs,
+                )
+            })
             .unwrap_or_default())
     }
 

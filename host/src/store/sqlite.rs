@@ -1563,17 +1563,20 @@ impl ModelTx for SqliteTx<'_> {
         unit: &str,
         runs: charm_model::lifecycle::Runs,
     ) -> TxResult<charm_model::lifecycle::NotYetSeen> {
-        // Only the hooks that hide something, read where they lie: a unit with thousands of
-        // relation-changed queued decodes none of them.
+        // Only the hooks that hide something, found by their text's prefix in the queue's
+        // index by hook: a unit with thousands of relation-changed queued reads none of them.
         let rows: Vec<(bool, String)> = self
             .conn
             .cached(
                 "SELECT seq = (SELECT MIN(seq) FROM hook_queue WHERE unit = ?1), hook
                  FROM hook_queue WHERE unit = ?1
                    AND (hook = '{\"hook\":\"install\"}'
-                        OR hook LIKE '{\"hook\":\"relation-created\"%'
-                        OR hook LIKE '{\"hook\":\"relation-joined\"%'
-                        OR hook LIKE '{\"hook\":\"relation-broken\"%')
+                        OR (hook >= '{\"hook\":\"relation-created\"'
+                            AND hook < '{\"hook\":\"relation-created\"~')
+                        OR (hook >= '{\"hook\":\"relation-joined\"'
+                            AND hook < '{\"hook\":\"relation-joined\"~')
+                        OR (hook >= '{\"hook\":\"relation-broken\"'
+                            AND hook < '{\"hook\":\"relation-broken\"~'))
                  ORDER BY seq",
             )
             .and_then(|mut s| {
