@@ -220,20 +220,20 @@ impl Op {
             12 => Op::Upgrade { app },
             13 => Op::RemoveApplication {
                 app,
-                force: b % 2 == 0,
+                force: b.is_multiple_of(2),
             },
             14 => Op::RunAction { app, pick },
             15..=16 => Op::Elect { app, pick },
             17 => Op::Expire { app },
             18 => Op::Resolve {
                 pick,
-                retry: a % 2 == 0,
+                retry: a.is_multiple_of(2),
             },
             _ => Op::Run {
                 pick,
-                write: a % 2 == 0,
+                write: a.is_multiple_of(2),
                 // One hook in twenty fails.
-                fail: b % 20 == 0,
+                fail: b.is_multiple_of(20),
             },
         }
     }
