@@ -201,7 +201,7 @@ impl Op {
     /// use charm_model::walk::Op;
     ///
     /// assert_eq!(Op::drawn(0, 1, 2), Op::Deploy { app: 1, units: 2 });
-    /// assert!(matches!(Op::drawn(255, 0, 0), Op::Run { .. }));
+    /// assert!(matches!(Op::drawn(35, 0, 0), Op::Run { .. }));
     /// ```
     pub fn drawn(kind: u8, a: u8, b: u8) -> Op {
         let app = usize::from(a % 3);
