@@ -491,8 +491,20 @@ impl UnitAgent {
                 "hook",
                 unit = %self.unit,
                 hook = %hook.name(),
-                term = tracing::field::Empty
+                term = tracing::field::Empty,
+                seq,
+                relation = tracing::field::Empty,
+                remote_unit = tracing::field::Empty,
             );
+            // Which relation, and which remote unit, a relation hook is about: with its place
+            // in the queue (`seq`), a log names the hook exactly, so a unit's history can be
+            // read back from it.
+            if let Some(r) = hook.relation() {
+                span.record("relation", r.id);
+                if let Some(remote) = &r.remote_unit {
+                    span.record("remote_unit", remote.as_str());
+                }
+            }
             match self.attempt(seq, &hook, &tracker).instrument(span).await {
                 Ok(_) if hook == Hook::Remove => {
                     tracing::info!(unit = %self.unit, "removed");
@@ -523,12 +535,13 @@ impl UnitAgent {
                     transient_failures += 1;
                     // A store that refuses writes (a full disk, say) is news to the
                     // operator: said once at warning level, then quietly while it lasts.
+                    let result = kind.as_str();
                     if kind == HookResultKind::Stale {
-                        tracing::debug!(unit = %self.unit, hook = %hook.name(), "hook runs again: {why}");
+                        tracing::debug!(unit = %self.unit, hook = %hook.name(), seq, result, "hook runs again: {why}");
                     } else if transient_failures == 1 && kind == HookResultKind::StoreUnavailable {
-                        tracing::warn!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
+                        tracing::warn!(unit = %self.unit, hook = %hook.name(), seq, result, "hook will be retried: {why}");
                     } else {
-                        tracing::info!(unit = %self.unit, hook = %hook.name(), "hook will be retried: {why}");
+                        tracing::info!(unit = %self.unit, hook = %hook.name(), seq, result, "hook will be retried: {why}");
                     }
                     // A hook that read stale data runs again at once on fresh data; only
                     // a run of conflicts backs off, briefly.
@@ -740,8 +753,8 @@ impl UnitAgent {
             refused_not_leader,
             duration: Duration::ZERO,
         };
-        // Refused as no longer queued: an earlier run's commit applied it, and this run's
-        // writes are not applied again.
+        // Refused as no longer queued: an earlier run's commit applied it (its answer lost),
+        // or the relation it is about is being removed; this run's writes are not applied.
         let mut already_committed = false;
         let result = match run.outcome {
             HookOutcome::Succeeded => {
@@ -853,7 +866,7 @@ impl UnitAgent {
                 tracing::debug!(
                     unit = %self.unit,
                     hook = %record.hook,
-                    "hook already committed by an earlier run: nothing applied again"
+                    "hook no longer queued: nothing applied (an earlier run committed it, or its relation is being removed)"
                 );
                 let ran = if record.leader {
                     Ran::AsLeader

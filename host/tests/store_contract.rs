@@ -166,6 +166,56 @@ async fn another_hosts_unit_changes_show(here: &dyn Store, there: &dyn Store, m:
     assert_eq!(units(after), ["web/0", "web/2", "web/3"]);
 }
 
+/// Two hosts commit the last relation-brokens of a relation at once, each for its own
+/// units: whichever commits second sees the other's, and the relation goes. (On etcd each
+/// used to see the other's still queued, so neither reaped it: a hook deleted from a queue
+/// is invisible to a compare on the queue's prefix.) `m` deployed at rest.
+async fn last_brokens_at_once_reap_the_relation(here: &dyn Store, there: &dyn Store) {
+    let units = ["db/0", "web/0", "web/1", "web/2"];
+    for round in 0..8 {
+        here.remove_relation("web", "db").await.unwrap();
+        // Every hook but the brokens, so that the last four hooks about it run at once.
+        for unit in units {
+            for queued in here.queued(unit).await.unwrap() {
+                if !matches!(queued.hook, Hook::RelationBroken(_)) {
+                    here.commit(unit, Some(queued.seq), &Changes::default(), None)
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+        tokio::join!(
+            run_only_hook(here, "db/0"),
+            run_only_hook(there, "web/0"),
+            run_only_hook(here, "web/1"),
+            run_only_hook(there, "web/2"),
+        );
+        let left: Vec<String> = here
+            .relations()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|r| r.endpoints.iter().any(|e| e.app == "web") && !r.is_peer())
+            .map(|r| format!("{} dying: {}", r.describe(), r.dying))
+            .collect();
+        assert!(left.is_empty(), "round {round}: {left:?}");
+        here.relate("web", "db").await.unwrap();
+        hooks_run(here, &ALL_UNITS).await;
+    }
+}
+
+/// Commits the one hook queued on `unit`, writing nothing.
+async fn run_only_hook(store: &dyn Store, unit: &str) {
+    let queued = store.queued(unit).await.unwrap();
+    let [only] = queued.as_slice() else {
+        panic!("{unit}: one hook queued: {queued:?}");
+    };
+    store
+        .commit(unit, Some(only.seq), &Changes::default(), None)
+        .await
+        .unwrap();
+}
+
 async fn deploy(store: &dyn Store) -> Model {
     let web = ApplicationRecord {
         name: "web".into(),
@@ -3585,6 +3635,16 @@ mod etcd_only {
         assert_eq!(new, Some(ConfigValue::String("hey".into())));
     }
 
+    /// See [`super::last_brokens_at_once_reap_the_relation`].
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn last_brokens_at_once_reap_the_relation() {
+        let server = EtcdServer::start();
+        let here = open(&server, "shared").await;
+        deploy_at_rest(&here).await;
+        let there = open(&server, "shared").await;
+        super::last_brokens_at_once_reap_the_relation(&here, &there).await;
+    }
+
     /// Two hosts' steps that read the same revision, one queueing a hook on a unit directly
     /// and one through an outbox (as a change firing hooks on many units does), share no
     /// key, so both commit. Each hook reaches the unit's queue, with a seq of its own: a
@@ -4109,6 +4169,17 @@ mod sqlite_only {
             .await
             .unwrap();
         assert!(web_bag(here.snapshot("db/0").await.unwrap()).is_empty());
+    }
+
+    /// See [`super::last_brokens_at_once_reap_the_relation`].
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn last_brokens_at_once_reap_the_relation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        let here = SqliteStore::open(&path, "test-model").unwrap();
+        deploy_at_rest(&here).await;
+        let there = SqliteStore::open(&path, "test-model").unwrap();
+        super::last_brokens_at_once_reap_the_relation(&here, &there).await;
     }
 
     #[tokio::test]

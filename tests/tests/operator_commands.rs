@@ -431,3 +431,44 @@ fn upgrades_are_checked_before_anything_is_written(op: &Operator) {
     assert_eq!(back["settings_dropped"], serde_json::json!([]));
     assert_eq!(back["application"], "discourse");
 }
+
+/// A model built with `deploy`, `relate` and `config` alone runs with `run` and no bundle:
+/// every unit's hooks run, the relation's included, and the config it was given stays.
+/// With no model at `--store`, `run` with no bundle is refused and makes none.
+#[test]
+fn a_model_made_by_commands_runs_without_a_bundle() {
+    let op = Operator::sqlite();
+    op.ok(&["deploy", "postgresql.wasm"]);
+    op.ok(&["deploy", "discourse.wasm", "-n", "2"]);
+    op.ok(&["relate", "discourse", "postgresql"]);
+    op.ok(&[
+        "config",
+        "discourse",
+        "external_hostname=changed.example.com",
+    ]);
+    let status = op.json(&["run", "--until-idle"]);
+    let units = status["units"].as_array().unwrap();
+    assert_eq!(units.len(), 3, "{status}");
+    let config = op.json(&["config", "discourse"]);
+    assert!(
+        config.to_string().contains("changed.example.com"),
+        "the config stays: {config}"
+    );
+    let spec = op.ok(&["pod-spec", "discourse"]);
+    assert!(
+        spec.contains("host=postgresql-0"),
+        "the relation's hooks ran: {spec}"
+    );
+
+    let none = Operator::new();
+    let missing = none.dir.path().join("nowhere.db");
+    let out = Command::new(&none.bin)
+        .args(["run", "--until-idle", "--store"])
+        .arg(format!("sqlite:{}", missing.display()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("nowhere.db"), "{stderr}");
+    assert!(!missing.exists(), "no model made");
+}

@@ -101,6 +101,9 @@ pub enum Rule {
     /// A dying relation has a hook about it queued (its relation-departed or -broken still
     /// to run); one without is never reaped.
     DyingRelationStuck,
+    /// A dying relation has no relation-joined or -changed queued about it (but the
+    /// failing hook of a unit in error, which `resolved` retries or skips).
+    DyingRelationJoins,
     /// A relation that is not dying joins applications that exist and are not dying.
     LiveRelation,
     /// A dying application has no unit that is not dying.
@@ -459,6 +462,24 @@ pub fn check_model(inventory: &Inventory) -> Vec<Violation> {
                     .iter()
                     .any(|q| q.hook.relation().is_some_and(|r| r.id == *id))
             });
+            for (unit, u) in &inventory.units {
+                let failing = u.record.as_ref().is_some_and(|r| r.hook_error.is_some());
+                for (at, q) in u.queue.iter().enumerate() {
+                    if let Hook::RelationJoined(r) | Hook::RelationChanged(r) = &q.hook
+                        && r.id == *id
+                        && !(failing && at == 0)
+                    {
+                        bad(
+                            Rule::DyingRelationJoins,
+                            format!(
+                                "{unit} has {} queued for relation {}, which is dying",
+                                q.hook.name(),
+                                record.describe()
+                            ),
+                        );
+                    }
+                }
+            }
             if !queued {
                 bad(
                     Rule::DyingRelationStuck,

@@ -216,6 +216,10 @@ pub fn add_relation<T: ModelTx + ?Sized>(
         if !tx.app_exists(&e.app)? {
             return Err(not_found(format!("application {}", e.app)));
         }
+        // A relation joins live applications only (`lifecycle::Rule::LiveRelation`).
+        if tx.app_dying(&e.app)? {
+            return Err(invalid(format!("application {} is being removed", e.app)));
+        }
     }
     // Every relation of these endpoints is one of the first application's.
     let first = endpoints.first().map_or("", |e| e.app.as_str());

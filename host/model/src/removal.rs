@@ -163,6 +163,41 @@ pub fn remove_relation<T: ModelTx + ?Sized>(
     ))
 }
 
+/// Takes off `unit`'s queue what a dying relation `id` no longer runs, as Juju's uniter
+/// departs only the remote units a unit has joined, then breaks: relation-joined and
+/// -changed, and relation-departed about a remote unit whose relation-joined had not run.
+/// The failing hook of a unit in error stays, for `resolved` to retry or skip. Returns the
+/// remote units that had not joined.
+fn drop_unjoined<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    unit: &str,
+    id: RelationId,
+) -> Result<std::collections::BTreeSet<String>, StoreError> {
+    let failing = tx.failing_hook(unit)?;
+    let queue = tx.queue_of(unit)?.unwrap_or_default();
+    let queue: Vec<&QueuedHook> = queue.iter().filter(|q| failing != Some(q.seq)).collect();
+    let unjoined: std::collections::BTreeSet<String> = queue
+        .iter()
+        .filter_map(|q| match &q.hook {
+            Hook::RelationJoined(r) if r.id == id => r.remote_unit.clone(),
+            _ => None,
+        })
+        .collect();
+    for q in queue {
+        let goes = match &q.hook {
+            Hook::RelationJoined(r) | Hook::RelationChanged(r) => r.id == id,
+            Hook::RelationDeparted(r) => {
+                r.id == id && r.remote_unit.as_ref().is_some_and(|u| unjoined.contains(u))
+            }
+            _ => false,
+        };
+        if goes {
+            tx.dequeue(unit, q.seq)?;
+        }
+    }
+    Ok(unjoined)
+}
+
 fn break_relation<T: ModelTx + ?Sized>(
     tx: &mut T,
     rel: &RelationRecord,
@@ -173,8 +208,18 @@ fn break_relation<T: ModelTx + ?Sized>(
             continue;
         };
         let remote_units = live_units(tx, &remote.app)?;
-        for unit in live_units(tx, &local.app)?.iter() {
-            for other in remote_units.iter().filter(|o| *o != unit) {
+        let live = live_units(tx, &local.app)?;
+        for unit in tx.units_of(&local.app)? {
+            let unjoined = drop_unjoined(tx, &unit, rel.id)?;
+            // A unit being removed queued its relation-departed and -broken already.
+            if !live.contains(&unit) {
+                continue;
+            }
+            let unit = &unit;
+            for other in remote_units
+                .iter()
+                .filter(|o| *o != unit && !unjoined.contains(*o))
+            {
                 if let Some(hook) = about(rel, &local.app, Some(other)) {
                     hooks.push((unit.clone(), Hook::RelationDeparted(hook)));
                 }
@@ -304,6 +349,11 @@ pub fn reap_relation<T: ModelTx + ?Sized>(tx: &mut T, id: RelationId) -> Result<
                 .iter()
                 .any(|h| h.relation().is_some_and(|r| r.id == id))
             {
+                // Written again, unchanged: two last relation-brokens committed at once then
+                // conflict on the relation, so the second runs again and reaps it. Each
+                // alone saw the other's still queued, and a store whose transactions are
+                // optimistic (etcd) does not see a hook deleted from a queue it read.
+                tx.set_relation_dying(id)?;
                 return Ok(false);
             }
         }

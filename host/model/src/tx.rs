@@ -307,7 +307,9 @@ pub trait ModelTx {
     /// Marks the unit as being removed.
     fn set_unit_dying(&mut self, unit: &str) -> TxResult<()>;
 
-    /// Marks the relation as being removed ([`RelationRecord::dying`]).
+    /// Marks the relation as being removed ([`RelationRecord::dying`]). Over a dying
+    /// relation it is still a write, which concurrent steps that read the relation
+    /// conflict with ([`reap_relation`](crate::removal::reap_relation) relies on it).
     fn set_relation_dying(&mut self, id: RelationId) -> TxResult<()>;
 
     /// Deletes the application's lease, whoever holds it (the term stays used).

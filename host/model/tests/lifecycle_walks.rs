@@ -170,3 +170,33 @@ fn a_unit_starts_in_jujus_order() {
         "{names:?}"
     );
 }
+
+/// Found on hosts: a relation removed right after it was made ran the relation-joined and
+/// -changed still queued (each seeing no remote unit, the relation being dying), then
+/// departed every remote unit. Juju departs only the units a unit has joined: nothing of
+/// the relation runs here but relation-created and relation-broken.
+#[test]
+fn a_relation_removed_before_its_units_joined_runs_no_relation_joined() {
+    let history = keeps(&[
+        Op::Deploy { app: 0, units: 2 },
+        Op::Deploy { app: 1, units: 1 },
+        Op::Relate { app: 0 },
+        Op::RemoveRelation { app: 0 },
+    ]);
+    let about_db: Vec<String> = history
+        .iter()
+        .filter(|r| r.hook.relation().is_some_and(|rel| rel.endpoint == "db"))
+        .map(|r| format!("{} {}", r.unit, r.hook.name()))
+        .collect();
+    assert!(
+        about_db
+            .iter()
+            .all(|h| h.ends_with("-created") || h.ends_with("-broken")),
+        "{about_db:?}"
+    );
+    assert_eq!(
+        about_db.len(),
+        6,
+        "created and broken on pg/0, pg/1, web/0: {about_db:?}"
+    );
+}

@@ -581,9 +581,22 @@ impl Bundle {
                 .await?;
         }
         for rel in &self.relations {
-            controller
+            match controller
                 .relate((&rel.a.0, &rel.a.1), (&rel.b.0, &rel.b.1))
-                .await?;
+                .await
+            {
+                Ok(_) => {}
+                // Deploying again resumes: an application removed since (its removal
+                // under way) is not related again.
+                Err(ControllerError::Store(StoreError::Invalid(why))) => tracing::warn!(
+                    "relation {}:{} {}:{} not made: {why}",
+                    rel.a.0,
+                    rel.a.1,
+                    rel.b.0,
+                    rel.b.1
+                ),
+                Err(e) => return Err(e.into()),
+            }
         }
         Ok(())
     }

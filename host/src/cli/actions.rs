@@ -10,8 +10,8 @@ use serde_json::json;
 use charm_host::model::{ActionRecord, ActionState, ConfigValue};
 
 use super::debug_log::timestamp;
+use super::output::{Format, print_table};
 use super::{ModelArgs, print_json, settings};
-use crate::{Format, print_table};
 
 /// `charm-host run-action UNIT ACTION [KEY=VALUE...] [--wait SECONDS]`.
 #[derive(clap::Args)]

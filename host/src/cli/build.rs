@@ -8,7 +8,7 @@ use serde_json::json;
 use charm_host::build::{BuildRequest, build as build_charm};
 use charm_host::charm::{CharmRuntime, RuntimeConfig};
 
-use crate::Format;
+use super::output::Format;
 
 /// Which crate, where to build it, and how to print the answer.
 #[derive(clap::Args)]
@@ -51,6 +51,6 @@ pub fn build(args: &BuildArgs) -> Result<()> {
         built.size,
         built.size as f64 / 1024.0
     );
-    crate::print_charm(&charm);
+    super::inspect::print_charm(&charm);
     Ok(())
 }

@@ -7,8 +7,8 @@ use serde_json::json;
 
 use charm_host::model::ConfigValue;
 
+use super::output::{Format, print_table};
 use super::{ModelArgs, hooks_json, print_hooks, print_json, settings};
-use crate::{Format, print_table};
 
 /// `charm-host config APP [KEY=VALUE...] [--reset KEY...]`.
 #[derive(clap::Args)]

@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 
 use charm_host::model::LogRecord;
 
+use super::output::Format;
 use super::{ModelArgs, print_json};
-use crate::Format;
 
 /// `charm-host debug-log [--unit UNIT] [--follow] [--lines N]`.
 #[derive(clap::Args)]

@@ -1,26 +1,39 @@
-//! The operator's commands on a live model, a file per verb group: each is one planned
-//! change of the store (written once, in `charm_model`), shown as a table or as JSON.
+//! The commands, a file per verb group. Those that change a model are each one planned
+//! change of the store (written once, in `charm_model`); every answer is shown as a table
+//! or as JSON (`output`).
+
+#[macro_use]
+pub mod output;
 
 pub mod actions;
 pub mod build;
+pub mod bundle;
 pub mod config;
 pub mod debug_log;
+pub mod inspect;
 pub mod relations;
 pub mod resolved;
+pub mod run;
 pub mod show_unit;
+pub mod sim;
+pub mod status;
 pub mod store;
 pub mod units;
 pub mod upgrade;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use charm_host::store::{QueuedHook, Store};
 
-use crate::{Format, REQUEST_TIMEOUT, print_table};
+use output::{Format, print_table};
+
+/// How long a command waits for one etcd request.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where the model is, and how to print the answer.
 #[derive(clap::Args)]

@@ -3,8 +3,8 @@
 use anyhow::{Context, Result};
 use serde_json::json;
 
+use super::output::Format;
 use super::{ModelArgs, hooks_json, print_hooks, print_json};
-use crate::Format;
 
 /// `charm-host relate A[:ENDPOINT] B[:ENDPOINT]` and `remove-relation`, the same shape.
 #[derive(clap::Args)]

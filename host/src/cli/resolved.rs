@@ -3,8 +3,8 @@
 use anyhow::{Context, Result};
 use serde_json::json;
 
+use super::output::Format;
 use super::{ModelArgs, print_json};
-use crate::Format;
 
 /// `charm-host resolved UNIT [--no-retry]`.
 #[derive(clap::Args)]

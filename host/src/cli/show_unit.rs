@@ -8,8 +8,8 @@ use serde_json::json;
 
 use charm_host::model::Bag;
 
+use super::output::{Format, print_table};
 use super::{ModelArgs, print_json};
-use crate::{Format, print_table};
 
 /// `charm-host show-unit UNIT`.
 #[derive(clap::Args)]

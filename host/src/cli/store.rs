@@ -15,7 +15,8 @@ use anyhow::{Context, Result, bail};
 
 use charm_host::store::{MemoryStore, SqliteStore, Store};
 
-use crate::DEFAULT_STORE;
+/// The embedded default: a SQLite file under the current directory.
+pub const DEFAULT_STORE: &str = "sqlite:.charm-host/model.db";
 
 /// The environment variable holding the etcd user's password, as etcdctl's.
 #[cfg(feature = "etcd")]

@@ -9,8 +9,9 @@ use serde_json::json;
 use charm_host::charm::{CharmRuntime, RuntimeConfig};
 use charm_host::model::{ApplicationRecord, ConfigValue};
 
+use super::REQUEST_TIMEOUT;
+use super::output::Format;
 use super::{ModelArgs, hooks_json, print_hooks, print_json, settings};
-use crate::{Format, REQUEST_TIMEOUT};
 
 /// `charm-host deploy CHARM.wasm [APP] [-n N] [--config KEY=VALUE...]`.
 #[derive(clap::Args)]

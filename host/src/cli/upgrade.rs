@@ -7,8 +7,8 @@ use serde_json::json;
 
 use charm_host::charm::{CharmRuntime, RuntimeConfig};
 
+use super::output::Format;
 use super::{ModelArgs, hooks_json, print_hooks, print_json};
-use crate::Format;
 
 /// `charm-host upgrade-charm APP --path NEW.wasm`.
 #[derive(clap::Args)]

@@ -1655,6 +1655,19 @@ impl<'s> EtcdTx<'s> {
                 .iter()
                 .map(|p| none_newer(p, self.revision)),
         );
+        // A hook this step takes off a queue must still be there: a compare on the queue's
+        // prefix does not see it deleted meanwhile (the unit's agent committed it while
+        // `remove-relation` dropped it, say), and both steps would apply.
+        let hooks = self.store.key("hooks/");
+        compares.extend(
+            self.writes
+                .iter()
+                .filter(|(k, v)| v.is_none() && k.starts_with(&hooks))
+                .filter_map(|(k, _)| {
+                    let seen = self.fetched.get(k)?.as_ref()?;
+                    Some(unchanged(k, Some(seen)))
+                }),
+        );
         compares.extend(
             self.created
                 .iter()

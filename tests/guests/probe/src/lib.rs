@@ -136,6 +136,17 @@ impl Charm for Probe {
             }
             return Ok(());
         }
+        if mode == "history" {
+            // What the hook sees of its relations (each relation's id, with its remote
+            // units), logged: a test reads every unit's history back from the hosts' logs
+            // and checks it against Juju's order of hooks.
+            let mut saw = String::new();
+            for db in model.relations("db")? {
+                saw.push_str(&format!("{}={};", db.id(), db.remote_units().join(",")));
+            }
+            charm_sdk::log::info(&format!("saw {saw}"));
+            return Ok(());
+        }
         if mode == "log" {
             // Through the log import, and on stdout and stderr.
             charm_sdk::log::info(&format!("handling {}", event.hook_name()));
