@@ -280,12 +280,17 @@ async fn run(bundle_args: Option<BundleArgs>, options: RunOptions) -> Result<()>
             waiting.retry(e.into()).await?;
         }
     }
+    let (adopted, first_look) = tokio::sync::oneshot::channel();
     let watching = tokio::spawn(watch_model(
         controller.clone(),
         runtime.clone(),
         update_status_interval,
         metrics,
+        adopted,
     ));
+    // The units of a model run without a bundle have their agents before anything waits
+    // on them.
+    let _ = first_look.await;
     if let Some((_, readiness)) = &observed {
         readiness.running(store.clone(), watching.abort_handle());
     }
@@ -352,7 +357,9 @@ async fn watch_model(
     runtime: CharmRuntime,
     update_status: Duration,
     metrics: Option<Arc<HostMetrics>>,
+    adopted: tokio::sync::oneshot::Sender<()>,
 ) {
+    let mut adopted = Some(adopted);
     let mut status_due = tokio::time::Instant::now() + update_status;
     let unloadable = std::sync::Mutex::new(std::collections::BTreeSet::new());
     let load = move |app: &charm_host::model::ApplicationRecord, module: Option<&[u8]>| {
@@ -382,7 +389,6 @@ async fn watch_model(
         }
     };
     loop {
-        tokio::time::sleep(MODEL_WATCH_INTERVAL).await;
         match controller.adopt(&load).await {
             Ok(started) if !started.is_empty() => {
                 tracing::info!(?started, "started agents for new units");
@@ -390,6 +396,10 @@ async fn watch_model(
             Ok(_) => {}
             Err(e) => tracing::debug!("looking for new units: {e}"),
         }
+        if let Some(adopted) = adopted.take() {
+            let _ = adopted.send(());
+        }
+        tokio::time::sleep(MODEL_WATCH_INTERVAL).await;
         if tokio::time::Instant::now() >= status_due {
             status_due += update_status;
             let fired = controller.update_status().await;
