@@ -190,6 +190,16 @@ pub async fn deploy(store: &dyn Store, discourse: &CharmMetadata, count: usize) 
             .unwrap()
             .0
             .id;
+        // Their first hooks run, writing nothing: a unit sees a relation from its
+        // relation-created on, so the hook measured runs on a model at rest, as the seed's.
+        for u in [&unit, &db_unit] {
+            for queued in store.queued(u).await.unwrap() {
+                store
+                    .commit(u, Some(queued.seq), &Changes::default(), None)
+                    .await
+                    .unwrap();
+            }
+        }
         let db_fence = lead(store, &db, &db_unit).await;
         let published = Changes {
             app_bags: BTreeMap::from([(
