@@ -597,16 +597,15 @@ impl Controller {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(app.to_string(), executor.clone());
-        let mut names = Vec::new();
         // The peer relations first, as the model core's deploy makes them: each unit then
         // runs their relation-created after install and before start (Juju's order).
         self.ensure_peer_relations(&record).await?;
         // Every unit is in the store before any agent runs, so the first leader's
-        // leader-settings-changed reaches all of its followers.
-        for _ in 0..units {
-            // The store queues the unit's install, config-changed and start with it.
-            names.push(self.shared.store.add_unit(app).await?);
-        }
+        // leader-settings-changed reaches all of its followers. One step counts and adds
+        // (queueing each unit's install, config-changed and start), so another host
+        // resuming this deployment at the same moment adds none again.
+        self.shared.store.add_units_up_to(app, units).await?;
+        let names = self.shared.store.units(app).await?;
         for unit in &names {
             self.start_agent(unit, executor.clone()).await?;
         }
@@ -667,10 +666,8 @@ impl Controller {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(app.name.clone(), executor.clone());
-        let mut units = self.shared.store.units(&app.name).await?;
-        while units.len() < wanted as usize {
-            units.push(self.shared.store.add_unit(&app.name).await?);
-        }
+        self.shared.store.add_units_up_to(&app.name, wanted).await?;
+        let units = self.shared.store.units(&app.name).await?;
         for unit in &units {
             self.start_agent(unit, executor.clone()).await?;
         }

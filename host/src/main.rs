@@ -100,7 +100,35 @@ enum Command {
 #[global_allocator]
 static ALLOCATOR: charm_host::allocator::Allocator = charm_host::allocator::Allocator;
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}", report(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// An operator's error as anyhow words it, without the backtrace anyhow adds when
+/// `RUST_BACKTRACE` is set: the error says what is wrong and where, the host's stack does not.
+fn report(e: &anyhow::Error) -> String {
+    let mut text = format!("Error: {e}");
+    let causes: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
+    match causes.as_slice() {
+        [] => {}
+        [cause] => text.push_str(&format!("\n\nCaused by:\n    {cause}")),
+        _ => {
+            text.push_str("\n\nCaused by:");
+            for (n, cause) in causes.iter().enumerate() {
+                text.push_str(&format!("\n    {n}: {cause}"));
+            }
+        }
+    }
+    text
+}
+
+fn run() -> Result<()> {
     charm_host::allocator::configure();
     let cli = Cli::parse();
     // A simulation's warnings (deposed leaders, lapsed guarantees) are its subject, not news.

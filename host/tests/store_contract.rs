@@ -3613,6 +3613,117 @@ mod etcd_only {
         }
     }
 
+    /// A prefix has one spelling: leading, trailing and doubled slashes go; `.` and `..`
+    /// are refused.
+    #[test]
+    fn prefixes_are_normalised() {
+        for spelling in [
+            "etcd://h:1/models/a",
+            "etcd://h:1//models/a",
+            "etcd://h:1/models/a/",
+            "etcd://h:1/models//a",
+        ] {
+            assert_eq!(
+                EtcdConfig::parse(spelling).unwrap().prefix,
+                "models/a",
+                "{spelling}"
+            );
+        }
+        for bad in ["etcd://h:1/models/../a", "etcd://h:1/./a"] {
+            let err = EtcdConfig::parse(bad).unwrap_err().to_string();
+            assert!(err.contains("segment"), "{bad}: {err}");
+        }
+    }
+
+    /// Every key and the revision: what a refused open must leave as it was.
+    async fn everything(server: &EtcdServer) -> (i64, Vec<String>) {
+        let mut client = etcd_client::Client::connect([server.endpoint()], None)
+            .await
+            .unwrap();
+        let all = client
+            .get(
+                "",
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_all_keys()
+                        .with_keys_only(),
+                ),
+            )
+            .await
+            .unwrap();
+        let keys = all
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect();
+        (all.header().unwrap().revision(), keys)
+    }
+
+    /// A model is made only at a prefix with nothing under it and no model above it: a
+    /// prefix inside a model (`models/a/hooks/web/0`) or above one (`models`) is refused,
+    /// naming why, and nothing is written; one beside it (`models/b`) is a new model.
+    #[tokio::test]
+    async fn a_model_is_made_neither_inside_nor_above_another() {
+        let server = EtcdServer::start();
+        let a = open(&server, "models/a").await;
+        deploy_at_rest(&a).await;
+        let before = everything(&server).await;
+        for (prefix, why) in [
+            ("models/a/hooks/web/0", "inside the model at models/a"),
+            ("models/a/apps", "inside the model at models/a"),
+            ("models", "holds keys but no model"),
+            ("", "holds keys but no model"),
+        ] {
+            let spec = format!("etcd://{}/{prefix}", server.endpoint());
+            let mut config = EtcdConfig::parse(&spec).unwrap();
+            if prefix.is_empty() {
+                config.prefix = "models".into();
+            }
+            let err = EtcdStore::connect(config, "test-model").await.unwrap_err();
+            assert!(
+                matches!(&err, StoreError::Incompatible(m) if m.contains(why)),
+                "{prefix}: {err:?}"
+            );
+            assert_eq!(everything(&server).await, before, "{prefix}: written");
+        }
+        let b = open(&server, "models/b").await;
+        deploy_at_rest(&b).await;
+        assert_eq!(b.status().await.unwrap().units.len(), 5);
+        assert_eq!(a.status().await.unwrap().units.len(), 5);
+    }
+
+    /// Opening without creating: a prefix that holds no model is refused, naming the
+    /// address and what makes a model, and nothing is written; a read of a model that is
+    /// there writes nothing either.
+    #[tokio::test]
+    async fn opening_without_creating_writes_nothing() {
+        use charm_host::store::OpenMode;
+        let server = EtcdServer::start();
+        let before = everything(&server).await;
+        for mode in [OpenMode::Existing, OpenMode::ReadOnly] {
+            let config = EtcdConfig::parse(&server.store_spec("modelz-typo")).unwrap();
+            let err = EtcdStore::connect_with(config, "test-model", mode)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&err, StoreError::NotFound(m) if m.contains("no model at etcd://") && m.contains("/modelz-typo") && m.contains("charm-host deploy")),
+                "{mode:?}: {err:?}"
+            );
+            assert_eq!(everything(&server).await, before, "{mode:?}: written");
+        }
+        let model = open(&server, "models/a").await;
+        deploy_at_rest(&model).await;
+        let before = everything(&server).await;
+        let config = EtcdConfig::parse(&server.store_spec("/models//a/")).unwrap();
+        let reader = EtcdStore::connect_with(config, "test-model", OpenMode::ReadOnly)
+            .await
+            .unwrap();
+        assert_eq!(reader.status().await.unwrap().units.len(), 5);
+        reader.snapshot("web/0").await.unwrap();
+        reader.debug_log(None, 10).await.unwrap();
+        assert_eq!(everything(&server).await, before, "a read wrote");
+    }
+
     /// A host keeps each application's document as it last decoded it, by the key's
     /// version: another host's new unit, its unit marked dying and its config change show
     /// in the next snapshot all the same.
@@ -4133,6 +4244,30 @@ mod sqlite_only {
 
     fn bytes(path: &Path) -> Vec<u8> {
         std::fs::read(path).unwrap()
+    }
+
+    /// Hosts (and `status`) started at once on a file that does not exist yet all open it:
+    /// one creates the schema, the others wait for it and find it whole.
+    #[test]
+    fn hosts_opening_a_new_file_at_once_all_open_it() {
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("model.db");
+            let start = Arc::new(Barrier::new(4));
+            let openers: Vec<_> = (0..4)
+                .map(|_| {
+                    let (path, start) = (path.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        SqliteStore::open(&path, "test-model").map(|_| ())
+                    })
+                })
+                .collect();
+            for opener in openers {
+                let opened = opener.join().unwrap();
+                assert!(opened.is_ok(), "round {round}: {opened:?}");
+            }
+        }
     }
 
     /// A host keeps each application's list of live units, and each application bag,
@@ -4714,6 +4849,64 @@ mod sqlite_only {
             .expect("a file with a hot journal opens");
         assert_eq!(reopened.units("web").await.unwrap(), units);
         assert!(!crashed.join("model.db-journal").exists(), "rolled back");
+    }
+
+    /// A store opened to read writes nothing: not the database, not its log, whatever it
+    /// is asked; a write through it is refused. A missing file, and a file of another
+    /// model, are refused and nothing is created.
+    #[tokio::test]
+    async fn a_store_opened_to_read_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        let err = SqliteStore::open_read_only(&path, "test-model").unwrap_err();
+        assert!(
+            matches!(&err, StoreError::NotFound(m) if m.contains("no model at")),
+            "{err:?}"
+        );
+        assert!(!path.exists(), "a read made the file");
+
+        let writer = SqliteStore::open(&path, "test-model").unwrap();
+        deploy_at_rest(&writer).await;
+        let log = dir.path().join("model.db-wal");
+        let (db_before, log_before) = (bytes(&path), bytes(&log));
+        let reader = SqliteStore::open_read_only(&path, "test-model").unwrap();
+        let status = reader.status().await.unwrap();
+        assert_eq!(status.units.len(), 5, "{status:?}");
+        reader.snapshot("web/0").await.unwrap();
+        reader.debug_log(None, 10).await.unwrap();
+        reader.relations().await.unwrap();
+        let refused = reader.add_unit("web").await.unwrap_err();
+        assert!(matches!(refused, StoreError::Unavailable(_)), "{refused:?}");
+        drop(reader);
+        assert_eq!(bytes(&path), db_before, "a read wrote the database");
+        assert_eq!(bytes(&log), log_before, "a read wrote the log");
+        assert_eq!(writer.units("web").await.unwrap().len(), 3);
+
+        let err = SqliteStore::open_read_only(&path, "other-model").unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Incompatible(m) if m.contains("other-model")),
+            "{err:?}"
+        );
+    }
+
+    /// A file of an older schema is not moved forward by a read: refused, naming what
+    /// moves it, and left as it was.
+    #[tokio::test]
+    async fn a_read_does_not_migrate_an_older_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.db");
+        drop(SqliteStore::open(&path, "test-model").unwrap());
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+        }
+        let before = bytes(&path);
+        let err = SqliteStore::open_read_only(&path, "test-model").unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Incompatible(m) if m.contains("schema version 1") && m.contains("moves it forward")),
+            "{err:?}"
+        );
+        assert_eq!(bytes(&path), before, "a read migrated the file");
     }
 
     #[tokio::test]

@@ -26,12 +26,30 @@ fn host(bin: &Path, dir: &Path, store: &str, log: &Path) -> Child {
         .args(["--update-status-interval", "1"])
         .env(
             "RUST_LOG",
-            "charm_host::agent=debug,charm_host::controller=info",
+            "warn,charm_host::agent=debug,charm_host::controller=info",
         )
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap()
+}
+
+/// `wait_until`, showing the hosts' logs when `done` does not come.
+fn wait_showing(limit: Duration, what: &str, logs: &[&Path], mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        if start.elapsed() >= limit {
+            let logs: Vec<String> = logs
+                .iter()
+                .map(|l| std::fs::read_to_string(l).unwrap_or_default())
+                .collect();
+            panic!(
+                "{what}: not within {limit:?}; the hosts' logs:\n{}",
+                logs.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The leader commits a host's log shows that applied a count (each makes a pod spec
@@ -94,9 +112,10 @@ fn twin_hosts(store: &str, reader: Reader, dir: &Path) {
     let (log_a, log_b) = (dir.join("a.log"), dir.join("b.log"));
     let mut a = host(&bin, dir, store, &log_a);
     let host_a = format!(":{}", a.id());
-    wait_until(
+    wait_showing(
         Duration::from_secs(60),
         "the first host runs both units",
+        &[&log_a],
         || {
             reader
                 .hosts()
@@ -180,7 +199,7 @@ fn twin_hosts_on_sqlite_run_each_unit_once_and_take_over_after_kill() {
             .build()
             .unwrap(),
         open: Box::new(move || {
-            let store = SqliteStore::open(&open_db, "default").ok()?;
+            let store = SqliteStore::open_read_only(&open_db, "default").ok()?;
             Some(Arc::new(store) as Arc<dyn Store>)
         }),
     };

@@ -170,6 +170,22 @@ pub fn add_units<T: ModelTx + ?Sized>(
     (0..count).map(|_| add_unit(tx, app)).collect()
 }
 
+/// Adds units of `app`, as [`add_unit`] does, until it has `wanted` (counting those being
+/// removed), all in this step; none if it has as many already. Returns those added. A
+/// deployment resumed, or made by two hosts at once, adds each unit once: the step that
+/// counts is the step that adds.
+pub fn add_units_up_to<T: ModelTx + ?Sized>(
+    tx: &mut T,
+    app: &str,
+    wanted: u32,
+) -> Result<Vec<String>, StoreError> {
+    if !tx.app_exists(app)? {
+        return Err(not_found(format!("application {app}")));
+    }
+    let have = tx.units_of(app)?.len();
+    (have..wanted as usize).map(|_| add_unit(tx, app)).collect()
+}
+
 /// `app`'s units that are not being removed, by number: those the model's hooks reach.
 pub fn live_units<T: ModelTx + ?Sized>(tx: &mut T, app: &str) -> Result<UnitNames, StoreError> {
     tx.live_units(app)

@@ -109,7 +109,7 @@ pub async fn run_action(args: RunActionArgs) -> Result<()> {
 
 /// Runs `show-action`.
 pub async fn show_action(args: ShowActionArgs) -> Result<()> {
-    let store = args.model.open().await?;
+    let store = args.model.open_read_only().await?;
     let action = store
         .action(args.id)
         .await
@@ -119,7 +119,7 @@ pub async fn show_action(args: ShowActionArgs) -> Result<()> {
 
 /// Runs `actions`.
 pub async fn actions(args: ActionsArgs) -> Result<()> {
-    let store = args.model.open().await?;
+    let store = args.model.open_read_only().await?;
     let record = store
         .application(&args.app)
         .await

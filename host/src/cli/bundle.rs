@@ -7,6 +7,7 @@ use serde_json::json;
 
 use charm_host::bundle::{Bundle, BundleError, CHARM_DIR_ENV, DEFAULT_CHARM_DIR, LoadOptions};
 use charm_host::charm::{CharmRuntime, RuntimeConfig};
+use charm_host::store::OpenMode;
 
 use super::REQUEST_TIMEOUT;
 use super::output::{Format, print_table};
@@ -190,7 +191,10 @@ pub fn check(args: &CheckArgs) -> Result<()> {
 
 /// Runs `export-bundle`.
 pub async fn export(args: ExportArgs) -> Result<()> {
-    let (store, format) = (args.store.open(false, REQUEST_TIMEOUT).await?, args.format);
+    let (store, format) = (
+        args.store.open(OpenMode::ReadOnly, REQUEST_TIMEOUT).await?,
+        args.format,
+    );
     let bundle = charm_host::bundle::export(store.as_ref()).await?;
     if format == Format::Json {
         outln!("{}", serde_json::to_string_pretty(&bundle)?);

@@ -36,10 +36,11 @@ fn shown(value: Option<&ConfigValue>) -> String {
 
 /// Runs `config`.
 pub async fn run(args: ConfigArgs) -> Result<()> {
-    let store = args.model.open().await?;
     if args.settings.is_empty() && args.reset.is_empty() {
+        let store = args.model.open_read_only().await?;
         return show(&args, store.as_ref()).await;
     }
+    let store = args.model.open().await?;
     let set: BTreeMap<String, ConfigValue> = settings(&args.settings)?
         .into_iter()
         .map(|(k, v)| (k, ConfigValue::String(v)))

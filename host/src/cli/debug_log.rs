@@ -31,7 +31,7 @@ const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Runs `debug-log`.
 pub async fn run(args: DebugLogArgs) -> Result<()> {
-    let store = args.model.open().await?;
+    let store = args.model.open_read_only().await?;
     let read = |lines| {
         let store = store.clone();
         let unit = args.unit.clone();

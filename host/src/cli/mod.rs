@@ -28,7 +28,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use charm_host::store::{QueuedHook, Store};
+use charm_host::store::{OpenMode, QueuedHook, Store};
 
 use output::{Format, print_table};
 
@@ -45,9 +45,14 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    /// The store, which must exist already (`deploy` and `run` create one).
+    /// The store, which must hold the model already (`deploy` and `run` create one).
     pub async fn open(&self) -> Result<Arc<dyn Store>> {
-        self.store.open(false, REQUEST_TIMEOUT).await
+        self.store.open(OpenMode::Existing, REQUEST_TIMEOUT).await
+    }
+
+    /// The store, to read the model it must hold: nothing is written to it.
+    pub async fn open_read_only(&self) -> Result<Arc<dyn Store>> {
+        self.store.open(OpenMode::ReadOnly, REQUEST_TIMEOUT).await
     }
 }
 

@@ -15,7 +15,7 @@ use charm_host::controller::{Controller, ControllerConfig, ControllerError};
 use charm_host::leadership::LeadershipConfig;
 use charm_host::metrics::HostMetrics;
 use charm_host::store::faults::{FaultPlan, FaultyStore, WriteHistory};
-use charm_host::store::{MeteredStore, Store, StoreError};
+use charm_host::store::{MeteredStore, OpenMode, Store, StoreError};
 
 use super::bundle::{BundleArgs, RunBundleArgs};
 use super::output::Format;
@@ -243,7 +243,11 @@ async fn run(bundle_args: Option<BundleArgs>, options: RunOptions) -> Result<()>
     let store = loop {
         // Only a bundle makes a new model: without one, a store that is not there is an
         // error, not an empty model to wait on.
-        match store.open(bundle.is_some(), request_timeout).await {
+        let mode = match bundle {
+            Some(_) => OpenMode::Create,
+            None => OpenMode::Existing,
+        };
+        match store.open(mode, request_timeout).await {
             Ok(store) => break store,
             Err(e) => waiting.retry(e).await?,
         }

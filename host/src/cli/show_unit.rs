@@ -22,7 +22,7 @@ pub struct ShowUnitArgs {
 
 /// Runs `show-unit`.
 pub async fn run(args: ShowUnitArgs) -> Result<()> {
-    let store = args.model.open().await?;
+    let store = args.model.open_read_only().await?;
     let details = store
         .unit_details(&args.unit)
         .await

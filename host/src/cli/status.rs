@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use charm_host::store::{ModelStatus, Store};
+use charm_host::store::{ModelStatus, OpenMode, Store};
 
 use super::REQUEST_TIMEOUT;
 use super::output::{Format, print_table};
@@ -34,12 +34,13 @@ pub struct PodSpecArgs {
 
 /// Runs `status`.
 pub async fn status(args: StatusArgs) -> Result<()> {
-    print_status(&args.store.open(false, REQUEST_TIMEOUT).await?, args.format).await
+    let store = args.store.open(OpenMode::ReadOnly, REQUEST_TIMEOUT).await?;
+    print_status(&store, args.format).await
 }
 
 /// Runs `pod-spec`.
 pub async fn pod_spec(args: PodSpecArgs) -> Result<()> {
-    let store = args.store.open(false, REQUEST_TIMEOUT).await?;
+    let store = args.store.open(OpenMode::ReadOnly, REQUEST_TIMEOUT).await?;
     print_pod_spec(&store, &args.app, args.format).await
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use charm_host::store::{MemoryStore, SqliteStore, Store};
+use charm_host::store::{MemoryStore, OpenMode, SqliteStore, Store};
 
 /// The embedded default: a SQLite file under the current directory.
 pub const DEFAULT_STORE: &str = "sqlite:.charm-host/model.db";
@@ -60,23 +60,24 @@ impl StoreArgs {
         self.store.starts_with("sqlite:")
     }
 
-    /// Opens the store; `create` makes a missing SQLite file (and its directory). An etcd
-    /// request that takes longer than `request_timeout` fails as unavailable.
-    pub async fn open(&self, create: bool, request_timeout: Duration) -> Result<Arc<dyn Store>> {
+    /// Opens the store as `mode` says: only [`OpenMode::Create`] makes a missing SQLite
+    /// file (and its directory) or an etcd model, and [`OpenMode::ReadOnly`] writes nothing.
+    /// An etcd request that takes longer than `request_timeout` fails as unavailable.
+    pub async fn open(&self, mode: OpenMode, request_timeout: Duration) -> Result<Arc<dyn Store>> {
         let spec = &self.store;
         if spec == "memory" {
             return Ok(Arc::new(MemoryStore::new("default")));
         }
         if spec.starts_with("etcd://") {
-            return self.open_etcd(request_timeout).await;
+            return self.open_etcd(mode, request_timeout).await;
         }
         let Some(path) = spec.strip_prefix("sqlite:") else {
             bail!("--store {spec}: unknown store; use sqlite:PATH, etcd://HOST:PORT or memory");
         };
         let path = PathBuf::from(path);
-        if !create && !path.exists() {
+        if mode != OpenMode::Create && !path.exists() {
             bail!(
-                "--store {spec}: {} does not exist; `charm-host run` creates it",
+                "--store {spec}: {} does not exist: `charm-host deploy` or `charm-host run BUNDLE` creates it",
                 path.display()
             );
         }
@@ -84,8 +85,11 @@ impl StoreArgs {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("--store {spec}: cannot create {}", dir.display()))?;
         }
-        let store =
-            SqliteStore::open(&path, "default").with_context(|| format!("--store {spec}"))?;
+        let store = match mode {
+            OpenMode::ReadOnly => SqliteStore::open_read_only(&path, "default"),
+            OpenMode::Create | OpenMode::Existing => SqliteStore::open(&path, "default"),
+        }
+        .with_context(|| format!("--store {spec}"))?;
         Ok(Arc::new(store))
     }
 
@@ -154,7 +158,7 @@ impl StoreArgs {
     }
 
     #[cfg(feature = "etcd")]
-    async fn open_etcd(&self, request_timeout: Duration) -> Result<Arc<dyn Store>> {
+    async fn open_etcd(&self, mode: OpenMode, request_timeout: Duration) -> Result<Arc<dyn Store>> {
         let spec = &self.store;
         let mut config = charm_host::store::EtcdConfig::parse(spec)
             .with_context(|| format!("--store {spec}"))?;
@@ -162,14 +166,18 @@ impl StoreArgs {
         config.tls = self.etcd_tls()?;
         config.auth = self.etcd_auth()?;
         config.compaction = self.etcd_compaction;
-        let store = charm_host::store::EtcdStore::connect(config, "default")
+        let store = charm_host::store::EtcdStore::connect_with(config, "default", mode)
             .await
             .with_context(|| format!("--store {spec}"))?;
         Ok(Arc::new(store))
     }
 
     #[cfg(not(feature = "etcd"))]
-    async fn open_etcd(&self, _request_timeout: Duration) -> Result<Arc<dyn Store>> {
+    async fn open_etcd(
+        &self,
+        _mode: OpenMode,
+        _request_timeout: Duration,
+    ) -> Result<Arc<dyn Store>> {
         bail!(
             "--store {}: this charm-host was built without etcd support; build it with `cargo build --release -p charm-host --features etcd`",
             self.store

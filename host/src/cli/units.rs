@@ -8,6 +8,7 @@ use serde_json::json;
 
 use charm_host::charm::{CharmRuntime, RuntimeConfig};
 use charm_host::model::{ApplicationRecord, ConfigValue};
+use charm_host::store::OpenMode;
 
 use super::REQUEST_TIMEOUT;
 use super::output::Format;
@@ -52,7 +53,11 @@ pub async fn deploy(args: DeployArgs) -> Result<()> {
         config,
         module: None,
     };
-    let store = args.model.store.open(true, REQUEST_TIMEOUT).await?;
+    let store = args
+        .model
+        .store
+        .open(OpenMode::Create, REQUEST_TIMEOUT)
+        .await?;
     // The store keeps the module, so every host runs these bytes wherever the file is.
     let module = store
         .put_module(charm.module())

@@ -103,8 +103,8 @@ use charm_model::tx::{
 
 use super::lease::LeaseSignals;
 use super::{
-    Claim, Lease, LeaseError, LeaseFuture, LeaseStore, QueuedHook, Records, StateStore, Step,
-    StepOp, StoreError, StoreFuture, Verdict,
+    Claim, Lease, LeaseError, LeaseFuture, LeaseStore, OpenMode, QueuedHook, Records, StateStore,
+    Step, StepOp, StoreError, StoreFuture, Verdict,
 };
 use crate::model::{
     ActionRecord, ApplicationRecord, Bag, BagWrites, ConfigValue, Hook, LeaseHolder, LogRecord,
@@ -188,10 +188,13 @@ impl EtcdConfig {
         let rest = spec
             .strip_prefix("etcd://")
             .ok_or_else(|| bad("not an etcd address"))?;
-        let (hosts, prefix) = match rest.split_once('/') {
-            Some((hosts, prefix)) => (hosts, prefix.trim_matches('/')),
-            None => (rest, ""),
-        };
+        let (hosts, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        // One spelling per prefix: `/models/a`, `models/a/` and `models//a` are `models/a`.
+        let segments: Vec<&str> = prefix.split('/').filter(|s| !s.is_empty()).collect();
+        if let Some(odd) = segments.iter().find(|s| matches!(**s, "." | "..")) {
+            return Err(bad(&format!("the prefix has a `{odd}` segment")));
+        }
+        let prefix = segments.join("/");
         let mut endpoints = Vec::new();
         for host in hosts.split(',') {
             let Some((name, port)) = host.rsplit_once(':') else {
@@ -380,6 +383,15 @@ fn none_newer(prefix: &str, revision: i64) -> Compare {
     Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_prefix()
 }
 
+/// The meta keys a model at a prefix enclosing `prefix` would have: `a/meta` and `a/b/meta`
+/// for `a/b/c`.
+fn enclosing_metas(prefix: &str) -> Vec<String> {
+    let segments: Vec<&str> = prefix.split('/').collect();
+    (1..segments.len())
+        .map(|n| format!("{}/meta", segments[..n].join("/")))
+        .collect()
+}
+
 /// A random offset for the indexes of the hooks a step queues directly, below
 /// [`OUTBOX_INDEX`] once shifted by [`DIRECT_INDEX_BITS`].
 fn random_salt() -> usize {
@@ -398,11 +410,23 @@ fn seq_at(revision: i64, index: usize) -> u64 {
 
 impl EtcdStore {
     /// Connects to etcd and opens model `model` under `config.prefix`, creating it if the
-    /// prefix is empty. Data of another program, a newer host or another model under the
-    /// prefix is refused ([`StoreError::Incompatible`]) and left untouched. A certificate,
-    /// password or role etcd refuses is [`StoreError::Denied`], naming which, and nothing is
-    /// written.
+    /// prefix is empty: [`connect_with`](Self::connect_with) and [`OpenMode::Create`].
     pub async fn connect(config: EtcdConfig, model: &str) -> Result<EtcdStore, StoreError> {
+        Self::connect_with(config, model, OpenMode::Create).await
+    }
+
+    /// Connects to etcd and opens model `model` under `config.prefix`, as `mode` says. A
+    /// model is created only at a prefix with nothing under it and no model above it
+    /// (checked and created in one transaction); without [`OpenMode::Create`] a prefix that
+    /// holds no model is [`StoreError::NotFound`], and nothing is written. Data of another
+    /// program, a newer host or another model under the prefix is refused
+    /// ([`StoreError::Incompatible`]) and left untouched. A certificate, password or role
+    /// etcd refuses is [`StoreError::Denied`], naming which, and nothing is written.
+    pub async fn connect_with(
+        config: EtcdConfig,
+        model: &str,
+        mode: OpenMode,
+    ) -> Result<EtcdStore, StoreError> {
         let options = access::connect_options(&config)?;
         let client = match Client::connect(&config.endpoints, Some(options)).await {
             Ok(client) => client,
@@ -424,7 +448,7 @@ impl EtcdStore {
             _members: members,
             _compactor: None,
         };
-        store.open_model().await?;
+        store.open_model(mode).await?;
         store._compactor = store.config.compaction.map(|every| {
             compaction::compact_history(store.client.clone(), store.key("compaction"), every)
         });
@@ -690,36 +714,30 @@ impl EtcdStore {
         });
     }
 
-    async fn open_model(&self) -> Result<(), StoreError> {
+    async fn open_model(&self, mode: OpenMode) -> Result<(), StoreError> {
         let key = self.key("meta");
-        let mine = MetaDoc {
-            program: PROGRAM.into(),
-            format: FORMAT,
-            model: self.model.clone(),
-        };
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key.as_str(), encode(&mine), None)])
-            .or_else([TxnOp::get(key.as_str(), None)]);
         // The first request: a refused certificate, password or permission shows here, and
         // is said as such rather than retried as etcd being away.
-        let resp = match self.client.kv_client().txn(txn).await {
-            Ok(resp) => resp,
-            Err(e) => return Err(access::explain(e, &self.config).await),
+        let found = match mode {
+            OpenMode::Create => self.create_model().await?,
+            OpenMode::Existing | OpenMode::ReadOnly => {
+                match self.client.kv_client().get(key.as_str(), None).await {
+                    Ok(resp) => resp.kvs().first().cloned(),
+                    Err(e) => return Err(access::explain(e, &self.config).await),
+                }
+            }
         };
-        if resp.succeeded() {
-            return Ok(());
-        }
-        let Some(TxnOpResponse::Get(get)) = resp.op_responses().into_iter().next() else {
-            return Err(StoreError::Unavailable(
-                "etcd: empty transaction answer".into(),
-            ));
+        let Some(kv) = found else {
+            if mode == OpenMode::Create {
+                return Ok(());
+            }
+            return Err(StoreError::NotFound(format!(
+                "no model at etcd://{}/{}: `charm-host deploy` or `charm-host run BUNDLE` creates one",
+                self.config.endpoints.join(","),
+                self.config.prefix
+            )));
         };
-        let Some(kv) = get.kvs().first() else {
-            return Err(StoreError::Unavailable(
-                "etcd: the model's meta key vanished while opening".into(),
-            ));
-        };
+        let kv = &kv;
         let theirs: MetaDoc = serde_json::from_slice(kv.value()).map_err(|_| {
             StoreError::Incompatible(format!(
                 "etcd prefix {}: holds data of another program",
@@ -745,10 +763,114 @@ impl EtcdStore {
             )));
         }
         if theirs.format < 2 {
+            if mode == OpenMode::ReadOnly {
+                return Err(StoreError::Incompatible(format!(
+                    "etcd prefix {}: format {}, older than this host's {FORMAT}: a command that \
+                     changes the model, or `charm-host run`, moves it forward; one that only \
+                     reads it writes nothing",
+                    self.prefix, theirs.format
+                )));
+            }
             self.migrate_queues(kv).await?;
             tracing::info!(prefix = %self.prefix, "model moved to format {FORMAT}: a key per queued hook");
         }
         Ok(())
+    }
+
+    /// Creates the model's meta key if the prefix is free: nothing under it, and no model
+    /// at a prefix above it (one transaction checks both and writes). `None` once created;
+    /// the meta key found otherwise. A prefix above holding no model, or one this host's
+    /// user may not read, is not a model's.
+    async fn create_model(&self) -> Result<Option<KeyValue>, StoreError> {
+        let key = self.key("meta");
+        let mine = MetaDoc {
+            program: PROGRAM.into(),
+            format: FORMAT,
+            model: self.model.clone(),
+        };
+        let above = enclosing_metas(&self.config.prefix);
+        let attempt = |above: &[String]| {
+            let mut compares = vec![
+                Compare::create_revision(self.prefix.as_str(), CompareOp::Equal, 0).with_prefix(),
+            ];
+            compares.extend(
+                above
+                    .iter()
+                    .map(|meta| Compare::create_revision(meta.as_str(), CompareOp::Equal, 0)),
+            );
+            let mut otherwise = vec![TxnOp::get(key.as_str(), None)];
+            otherwise.extend(
+                above.iter().map(|meta| {
+                    TxnOp::get(meta.as_str(), Some(GetOptions::new().with_keys_only()))
+                }),
+            );
+            otherwise.push(TxnOp::get(
+                self.prefix.as_str(),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_limit(1),
+                ),
+            ));
+            Txn::new()
+                .when(compares)
+                .and_then([TxnOp::put(key.as_str(), encode(&mine), None)])
+                .or_else(otherwise)
+        };
+        let mut checked_above = above.as_slice();
+        let resp = loop {
+            match self.client.kv_client().txn(attempt(checked_above)).await {
+                Ok(resp) => break resp,
+                // A user whose role covers only this prefix may not read above it: another
+                // model there is not one its user could have made.
+                Err(e)
+                    if !checked_above.is_empty() && access::refusal(&e, &self.config).is_some() =>
+                {
+                    tracing::debug!(
+                        "cannot look above etcd prefix {} for another model: {e}",
+                        self.prefix
+                    );
+                    checked_above = &[];
+                }
+                Err(e) => return Err(access::explain(e, &self.config).await),
+            }
+        };
+        if resp.succeeded() {
+            return Ok(None);
+        }
+        let gets: Vec<_> = resp
+            .op_responses()
+            .into_iter()
+            .map(|r| match r {
+                TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+                _ => None,
+            })
+            .collect();
+        if let Some(Some(meta)) = gets.first() {
+            return Ok(Some(meta.clone()));
+        }
+        let shown = |kv: &KeyValue| String::from_utf8_lossy(kv.key()).into_owned();
+        if let Some(meta) = gets[1..gets.len() - 1].iter().flatten().next() {
+            let meta = shown(meta);
+            return Err(StoreError::Incompatible(format!(
+                "etcd prefix {}: inside the model at {}; a model's prefix lies beside others, not inside one",
+                self.config.prefix,
+                meta.strip_suffix("/meta").unwrap_or(&meta)
+            )));
+        }
+        match gets.last() {
+            Some(Some(first)) => Err(StoreError::Incompatible(format!(
+                "etcd prefix {}: holds keys but no model ({} among them): a model at a prefix above \
+                 another's, or another program's data; choose a prefix with nothing under it",
+                self.config.prefix,
+                shown(first)
+            ))),
+            _ => Err(StoreError::Unavailable(format!(
+                "etcd prefix {}: changed while the model was being created; try again",
+                self.config.prefix
+            ))),
+        }
     }
 
     /// Moves format 1's queues (`queues/<unit>`, each a list) to a key per hook, then marks

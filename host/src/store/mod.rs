@@ -36,6 +36,17 @@ use std::time::Duration;
 /// model fills etcd's 2 GiB quota, after which etcd refuses every write.
 pub const COMPACTION_INTERVAL: Duration = Duration::from_secs(300);
 
+/// What opening a store may do to the model it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Creates the model where the store holds none (`deploy`, `run BUNDLE`).
+    Create,
+    /// The model must be there; the command may change it.
+    Existing,
+    /// The model must be there; the command only reads it, and writes nothing.
+    ReadOnly,
+}
+
 /// A boxed future, so the store traits can be used as trait objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

@@ -334,6 +334,65 @@ impl SqliteStore {
         Self::open_file(path, model).map_err(|e| diagnosed(path, e))
     }
 
+    /// Opens the existing store at `path` to read model `model`, writing nothing to it: no
+    /// schema migration, no model record, no change of journal mode. Refuses a missing file
+    /// ([`StoreError::NotFound`]), one without the model, and one whose schema is older than
+    /// this host's (a command that changes the model moves it forward). A file a host killed
+    /// while writing left with a log only a writer may recover is opened for writing, as any
+    /// host would: recovery rewrites no data.
+    pub fn open_read_only(path: &Path, model: &str) -> Result<Self, StoreError> {
+        Self::open_file_read_only(path, model).map_err(|e| diagnosed(path, e))
+    }
+
+    fn open_file_read_only(path: &Path, model: &str) -> Result<Self, StoreError> {
+        if !check_header(path)? {
+            return Err(StoreError::NotFound(format!(
+                "no model at {}: `charm-host deploy` or `charm-host run BUNDLE` creates one",
+                path.display()
+            )));
+        }
+        let flags = if probe(path)? {
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        };
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| open_err(path, e))?;
+        conn.busy_timeout(BUSY_TIMEOUT).db()?;
+        let (version, tables) = read_version(&conn).map_err(|e| open_err(path, e))?;
+        check_version(path, version, tables)?;
+        if version < SCHEMA_VERSION {
+            return Err(StoreError::Incompatible(format!(
+                "{} has schema version {version}, older than this host's {SCHEMA_VERSION}: \
+                 a command that changes the model, or `charm-host run`, moves it forward; \
+                 one that only reads it writes nothing",
+                path.display()
+            )));
+        }
+        let stored: Option<String> = conn
+            .query_row("SELECT name FROM model WHERE id = 1", [], |r| r.get(0))
+            .optional()
+            .db()?;
+        match stored {
+            None => {
+                return Err(StoreError::NotFound(format!(
+                    "no model at {}: `charm-host deploy` or `charm-host run BUNDLE` creates one",
+                    path.display()
+                )));
+            }
+            Some(stored) if stored != model => {
+                return Err(StoreError::Incompatible(format!(
+                    "{} holds model {stored:?}, not {model:?}",
+                    path.display()
+                )));
+            }
+            Some(_) => {}
+        }
+        configure(&conn)?;
+        let mut store = Self::over(conn, model);
+        store.path = Some(path.to_owned());
+        Ok(store)
+    }
+
     fn open_file(path: &Path, model: &str) -> Result<Self, StoreError> {
         let checked = !check_header(path)? || probe(path)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -347,9 +406,7 @@ impl SqliteStore {
             let (version, tables) = read_version(&conn).map_err(|e| open_err(path, e))?;
             check_version(path, version, tables)?;
         }
-        let mode: String = conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-            .db()?;
+        let mode = write_ahead_logging(&conn)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Unavailable(format!(
                 "{}: cannot use write-ahead logging (journal mode is {mode})",
@@ -368,22 +425,15 @@ impl SqliteStore {
     }
 
     fn prepare(mut conn: Connection, model: &str) -> Result<Self, StoreError> {
-        // NORMAL in WAL mode: durable against process crashes (see the module doc).
-        conn.pragma_update(None, "synchronous", "NORMAL").db()?;
-        conn.pragma_update(None, "foreign_keys", "ON").db()?;
-        // 64 MiB of pages (the default is 2 MiB): a large relation's bags are read by every
-        // hook of its units, and read from the file (a system call per page) once they no
-        // longer fit; 10,000 units each reading a 150 KiB application bag did.
-        conn.pragma_update(None, "cache_size", -(64 << 10)).db()?;
-        // Plans that do not depend on the values bound. Without this, SQLite (built with
-        // STAT4) compiles a cached statement again each time a parameter that it compares
-        // with an indexed column is bound, same value or not: two of a snapshot's queries,
-        // on every hook.
-        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
-            .db()?;
+        configure(&conn)?;
         migrate(&mut conn)?;
         bind_model(&mut conn, model)?;
-        Ok(SqliteStore {
+        Ok(Self::over(conn, model))
+    }
+
+    /// The store over `conn`, [`configure`]d.
+    fn over(conn: Connection, model: &str) -> Self {
+        SqliteStore {
             model: model.to_string(),
             path: None,
             conn: Mutex::new(Conn::new(conn)),
@@ -395,7 +445,7 @@ impl SqliteStore {
             watching: OnceLock::new(),
             queued_here: Mutex::new(BTreeSet::new()),
             lease_signals: LeaseSignals::default(),
-        })
+        }
     }
 
     /// Starts the thread that wakes agents when another connection queued hooks for their
@@ -602,6 +652,43 @@ fn open_err(path: &Path, e: rusqlite::Error) -> StoreError {
         }
         _ => StoreError::Unavailable(format!("{}: {e}", path.display())),
     }
+}
+
+/// Puts the file in write-ahead-logging mode (a no-op once it is), and returns the mode it
+/// is in. Switching takes the file's exclusive lock, and SQLite answers busy at once, not
+/// after its busy timeout, while another connection holds a lock (hosts, or `status`,
+/// opening a new file together): so it is tried again here, for as long.
+fn write_ahead_logging(conn: &Connection) -> Result<String, StoreError> {
+    let start = std::time::Instant::now();
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)) {
+            Err(e)
+                if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy)
+                    && start.elapsed() < BUSY_TIMEOUT =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            mode => return mode.db(),
+        }
+    }
+}
+
+/// The connection's settings; none is written to the file.
+fn configure(conn: &Connection) -> Result<(), StoreError> {
+    // NORMAL in WAL mode: durable against process crashes (see the module doc).
+    conn.pragma_update(None, "synchronous", "NORMAL").db()?;
+    conn.pragma_update(None, "foreign_keys", "ON").db()?;
+    // 64 MiB of pages (the default is 2 MiB): a large relation's bags are read by every
+    // hook of its units, and read from the file (a system call per page) once they no
+    // longer fit; 10,000 units each reading a 150 KiB application bag did.
+    conn.pragma_update(None, "cache_size", -(64 << 10)).db()?;
+    // Plans that do not depend on the values bound. Without this, SQLite (built with
+    // STAT4) compiles a cached statement again each time a parameter that it compares
+    // with an indexed column is bound, same value or not: two of a snapshot's queries,
+    // on every hook.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .db()?;
+    Ok(())
 }
 
 /// Brings the schema up to [`SCHEMA_VERSION`], under the write lock so that two processes

@@ -254,6 +254,20 @@ pub trait StateStore: Send + Sync {
         })
     }
 
+    /// Adds units of `app` until it has `wanted`, with their hooks, in one step
+    /// ([`charm_model::operations::add_units_up_to`]). Returns those added.
+    fn add_units_up_to<'a>(&'a self, app: &'a str, wanted: u32) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(async move {
+            let reads = [Records::App(app)];
+            run(
+                self,
+                Step::write("add_units_up_to", "adding units to", app, &reads),
+                |tx| operations::add_units_up_to(tx, app, wanted),
+            )
+            .await
+        })
+    }
+
     /// The units of `app`, by number.
     fn units<'a>(&'a self, app: &'a str) -> StoreFuture<'a, Vec<String>> {
         Box::pin(async move {
