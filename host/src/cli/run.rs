@@ -283,6 +283,11 @@ async fn run(bundle_args: Option<BundleArgs>, options: RunOptions) -> Result<()>
         while let Err(e) = bundle.deploy(&controller).await {
             waiting.retry(e.into()).await?;
         }
+        tracing::info!(
+            applications = bundle.applications.len(),
+            relations = bundle.relations.len(),
+            "bundle deployed"
+        );
     }
     let (adopted, first_look) = tokio::sync::oneshot::channel();
     let watching = tokio::spawn(watch_model(
