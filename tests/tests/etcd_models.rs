@@ -193,3 +193,51 @@ fn hosts_started_together_on_an_empty_prefix_deploy_the_bundle_once() {
         assert_eq!(relations.len(), 1, "round {round}: {relations:?}");
     }
 }
+
+/// With one member of three down, one-shot commands go to the members that answer, as
+/// etcdctl's do: 100 of them (reads and changes) all succeed, and a command given only the
+/// member that is down fails naming it.
+#[test]
+fn one_shot_commands_fail_over_when_a_member_is_down() {
+    use charm_tests::etcd_server::EtcdCluster;
+
+    let mut cluster = EtcdCluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::copy(guests::POSTGRESQL, dir.join("postgresql.wasm")).unwrap();
+    let spec = cluster.store_spec("models/prod");
+    ok(dir, &["deploy", "postgresql.wasm", "pg", "--store", &spec]);
+    // Each member's id is known before one goes, to tell the leader afterwards.
+    let leader = cluster.wait_leader(Duration::from_secs(30));
+    let victim = (leader + 1) % 3;
+    let down = cluster.members[victim].endpoint();
+    cluster.members[victim].kill();
+    cluster.wait_leader(Duration::from_secs(30));
+    let mut failed = Vec::new();
+    for n in 0..100 {
+        let setting = format!("port={}", 5000 + n);
+        let args: Vec<&str> = match n % 4 {
+            0 => vec!["config", "pg", &setting],
+            1 => vec!["status"],
+            2 => vec!["config", "pg"],
+            _ => vec!["show-unit", "pg/0"],
+        };
+        let mut args = args;
+        args.extend(["--store", &spec]);
+        let out = charm_host(dir, &args);
+        if !out.status.success() {
+            failed.push(format!(
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of 100 failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+    let only_down = format!("etcd://{down}/models/prod");
+    refused(dir, &["status", "--store", &only_down], &down);
+}

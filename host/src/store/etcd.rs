@@ -428,11 +428,24 @@ impl EtcdStore {
         mode: OpenMode,
     ) -> Result<EtcdStore, StoreError> {
         let options = access::connect_options(&config)?;
-        let client = match Client::connect(&config.endpoints, Some(options)).await {
-            Ok(client) => client,
-            Err(e) => return Err(access::explain(e, &config).await),
+        let (answering, down) = members::survey(&config).await;
+        for (member, why) in &down {
+            tracing::warn!(%member, "etcd member not answering ({why}): sending it no requests until it does");
+        }
+        // An error names the members that did not answer, if any: the likely cause.
+        let named = |e: StoreError| match e {
+            StoreError::Unavailable(message) if !down.is_empty() => {
+                let down: Vec<String> =
+                    down.iter().map(|(m, why)| format!("{m} ({why})")).collect();
+                StoreError::Unavailable(format!("{message}; not answering: {}", down.join(", ")))
+            }
+            other => other,
         };
-        let members = members::probe_members(client.clone(), &config);
+        let client = match Client::connect(&answering, Some(options)).await {
+            Ok(client) => client,
+            Err(e) => return Err(named(access::explain(e, &config).await)),
+        };
+        let members = members::probe_members(client.clone(), &config, &answering);
         let mut store = EtcdStore {
             model: model.to_string(),
             prefix: format!("{}/", config.prefix),
@@ -448,7 +461,7 @@ impl EtcdStore {
             _members: members,
             _compactor: None,
         };
-        store.open_model(mode).await?;
+        store.open_model(mode).await.map_err(named)?;
         store._compactor = store.config.compaction.map(|every| {
             compaction::compact_history(store.client.clone(), store.key("compaction"), every)
         });

@@ -30,13 +30,40 @@ impl Drop for MemberProbe {
     }
 }
 
-/// Starts probing the members of `config` for `client`; `None` for a single member,
-/// which stays whatever happens.
-pub(super) fn probe_members(client: Client, config: &EtcdConfig) -> Option<MemberProbe> {
+/// The members of `config` that accept a connection now, and why each other does not: a
+/// client given only the first sends a command's first request to a member that answers
+/// (one given every member may send it to the one that is down, and fail at once). All of
+/// them if there is one, or none answers.
+pub(super) async fn survey(config: &EtcdConfig) -> (Vec<String>, Vec<(String, String)>) {
+    if config.endpoints.len() < 2 {
+        return (config.endpoints.clone(), Vec::new());
+    }
+    let timeout = config.request_timeout.min(PROBE_EVERY);
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    for (endpoint, answer) in probe(&config.endpoints, timeout).await {
+        match answer {
+            Ok(()) => up.push(endpoint),
+            Err(why) => down.push((endpoint, why)),
+        }
+    }
+    if up.is_empty() {
+        up = config.endpoints.clone();
+    }
+    (up, down)
+}
+
+/// Starts probing the members of `config` for `client`, which was given `in_use` of them;
+/// `None` for a single member, which stays whatever happens.
+pub(super) fn probe_members(
+    client: Client,
+    config: &EtcdConfig,
+    in_use: &[String],
+) -> Option<MemberProbe> {
     if config.endpoints.len() < 2 {
         return None;
     }
     let endpoints = config.endpoints.clone();
+    let in_use: BTreeSet<String> = in_use.iter().cloned().collect();
     let scheme = if config.tls.is_some() {
         "https"
     } else {
@@ -44,7 +71,7 @@ pub(super) fn probe_members(client: Client, config: &EtcdConfig) -> Option<Membe
     };
     let timeout = config.request_timeout.min(PROBE_EVERY);
     let task = tokio::spawn(async move {
-        let mut in_use: BTreeSet<String> = endpoints.iter().cloned().collect();
+        let mut in_use = in_use;
         let mut every = tokio::time::interval(PROBE_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -86,20 +113,35 @@ pub(super) fn probe_members(client: Client, config: &EtcdConfig) -> Option<Membe
 
 /// The endpoints that accept a connection within `timeout`, probed at once.
 async fn answering(endpoints: &[String], timeout: Duration) -> BTreeSet<String> {
+    probe(endpoints, timeout)
+        .await
+        .into_iter()
+        .filter_map(|(endpoint, answer)| answer.is_ok().then_some(endpoint))
+        .collect()
+}
+
+/// Each endpoint, in order, and whether it accepts a connection within `timeout` (why not,
+/// if not); probed at once.
+async fn probe(endpoints: &[String], timeout: Duration) -> Vec<(String, Result<(), String>)> {
     let mut probes = JoinSet::new();
-    for endpoint in endpoints {
+    for (n, endpoint) in endpoints.iter().enumerate() {
         let endpoint = endpoint.clone();
         probes.spawn(async move {
             let connect = tokio::net::TcpStream::connect(endpoint.as_str());
-            let up = matches!(tokio::time::timeout(timeout, connect).await, Ok(Ok(_)));
-            (endpoint, up)
+            let answer = match tokio::time::timeout(timeout, connect).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("no connection within {timeout:?}")),
+            };
+            (n, endpoint, answer)
         });
     }
-    let mut up = BTreeSet::new();
+    let mut answers = Vec::new();
     while let Some(probe) = probes.join_next().await {
-        if let Ok((endpoint, true)) = probe {
-            up.insert(endpoint);
+        if let Ok(answer) = probe {
+            answers.push(answer);
         }
     }
-    up
+    answers.sort_by_key(|(n, _, _)| *n);
+    answers.into_iter().map(|(_, e, a)| (e, a)).collect()
 }
