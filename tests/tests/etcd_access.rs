@@ -340,10 +340,24 @@ fn binary_runs_a_model_over_tls_with_a_user_and_refuses_passwords_on_the_command
             &store,
             "--etcd-user",
             "host-a",
+            "--etcd-compaction-interval",
+            "0.2",
         ],
         &[("ETCDCTL_PASSWORD", A_PASSWORD)],
     );
     assert!(out.status.success(), "{}", stderr(&out));
+    // Compaction would drop model b's history too: a user of model a's role does not.
+    assert!(
+        stderr(&out).contains("not compacting etcd's history")
+            && stderr(&out).contains("etcd user `host-a` is not root"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !etcd.keys().contains(&"models/a/compaction".to_string()),
+        "{:?}",
+        etcd.keys()
+    );
 
     // The password from a file: `status` and `pod-spec` read the model.
     let password_file = dir.path().join("password");

@@ -85,11 +85,14 @@ pub struct RunArgs {
     /// or `PORT` alone for 127.0.0.1. Off by default.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<String>,
-    /// With an etcd store: seconds between compactions of etcd's history, which keep
-    /// about that much of it (the model's hosts take turns). 0: never, for an etcd
-    /// that compacts itself (--auto-compaction-retention); an etcd that never compacts
-    /// fills its quota and then refuses every write.
-    #[arg(long, default_value_t = charm_host::store::COMPACTION_INTERVAL.as_secs_f64())]
+    /// With an etcd store: compact etcd's history every this many seconds, keeping about
+    /// that much of it (the model's hosts take turns; 300 is Kubernetes' choice). Off (0)
+    /// by default: compaction is cluster-wide, dropping the old revisions of every key on
+    /// that etcd, other models' and other programs' too, so prefer etcd's own
+    /// --auto-compaction-retention, and use this only on an etcd the model has to itself.
+    /// A host logged in as an etcd user other than root does not compact. An etcd that
+    /// never compacts fills its quota and then refuses every write.
+    #[arg(long, default_value_t = 0.0)]
     pub etcd_compaction_interval: f64,
 }
 

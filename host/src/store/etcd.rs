@@ -167,10 +167,10 @@ pub struct EtcdConfig {
     pub tls: Option<EtcdTls>,
     /// The etcd user this host acts as, if etcd has authentication enabled.
     pub auth: Option<EtcdAuth>,
-    /// How often the history is compacted (see
-    /// [`COMPACTION_INTERVAL`](super::COMPACTION_INTERVAL)); `None`, as [`parse`](Self::parse)
-    /// gives, leaves it to etcd or to another host. A host running a model compacts; a
-    /// command that only looks at or changes the model once does not.
+    /// How often this host compacts etcd's history (see
+    /// [`COMPACTION_INTERVAL`](super::COMPACTION_INTERVAL)), if at all; `None`, as
+    /// [`parse`](Self::parse) gives, leaves it to etcd. Compaction is cluster-wide, so it
+    /// is skipped, with a warning, for an etcd user other than root.
     pub compaction: Option<Duration>,
 }
 
@@ -462,9 +462,13 @@ impl EtcdStore {
             _compactor: None,
         };
         store.open_model(mode).await.map_err(named)?;
-        store._compactor = store.config.compaction.map(|every| {
-            compaction::compact_history(store.client.clone(), store.key("compaction"), every)
-        });
+        store._compactor = store
+            .config
+            .compaction
+            .filter(|_| compaction::may_compact(&store.config))
+            .map(|every| {
+                compaction::compact_history(store.client.clone(), store.key("compaction"), every)
+            });
         Ok(store)
     }
 

@@ -31,9 +31,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-/// How often a host running a model on etcd compacts etcd's history, keeping about this
-/// much of it (Kubernetes' API server's default): etcd's defaults never compact, and a busy
-/// model fills etcd's 2 GiB quota, after which etcd refuses every write.
+/// A sensible interval for a host to compact etcd's history, when asked to, keeping about
+/// this much of it (Kubernetes' API server's default): etcd's defaults never compact, and a
+/// busy model fills etcd's 2 GiB quota, after which etcd refuses every write.
 pub const COMPACTION_INTERVAL: Duration = Duration::from_secs(300);
 
 /// What opening a store may do to the model it names.

@@ -24,6 +24,29 @@ impl Drop for Compactor {
     }
 }
 
+/// Whether a host of `config` may compact etcd's history, which is every key's on that
+/// etcd: with no etcd user (no authentication), or as root. etcd lets any user compact,
+/// needing no permission on any key, so a user whose role covers one model's prefix could
+/// drop the history other models and programs rely on: such a host says so and does not.
+/// A login by client certificate alone is a user named by the certificate, unknown here.
+pub(super) fn may_compact(config: &super::EtcdConfig) -> bool {
+    let by_certificate = config
+        .tls
+        .as_ref()
+        .is_some_and(|tls| tls.identity.is_some());
+    let why_not = match &config.auth {
+        Some(auth) if auth.user != "root" => format!("etcd user `{}` is not root", auth.user),
+        None if by_certificate => {
+            "this host logs in by client certificate, as a user it cannot name".to_string()
+        }
+        _ => return true,
+    };
+    tracing::warn!(
+        "not compacting etcd's history (--etcd-compaction-interval): {why_not}, and compaction drops every model's and program's history on that etcd; compact it as root, or with etcd's --auto-compaction-retention"
+    );
+    false
+}
+
 /// Starts compacting the history of `client`'s etcd every `every`, taking turns with other
 /// hosts through `turn_key`.
 pub(super) fn compact_history(client: Client, turn_key: String, every: Duration) -> Compactor {
