@@ -472,3 +472,28 @@ fn a_model_made_by_commands_runs_without_a_bundle() {
     assert!(stderr.contains("nowhere.db"), "{stderr}");
     assert!(!missing.exists(), "no model made");
 }
+
+/// Lease flags that do not fit together are refused at once, every broken constraint named
+/// by its flags, with a set that fits; nothing is opened or made.
+#[test]
+fn lease_flags_that_do_not_fit_are_refused_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("model.db").display());
+    let out = std::process::Command::new(charm_tests::charm_host_binary())
+        .args(["run", "--store", &store, "--lease-duration", "3"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    for named in [
+        "--drift-margin 5 must be less than --lease-duration 3",
+        "--renew-interval 2 must be less than the guarantee",
+        "--lease-duration 3 --drift-margin 1 --renew-interval 0.4",
+    ] {
+        assert!(stderr.contains(named), "{named}: {stderr}");
+    }
+    assert!(
+        !dir.path().join("model.db").exists(),
+        "a refused host made the store"
+    );
+}

@@ -125,7 +125,12 @@ impl RunArgs {
             drift_margin: seconds("drift-margin", drift_margin)?,
             request_timeout: seconds("retry-period", retry_period)?,
         };
-        leadership.validate()?;
+        if leadership.validate().is_err() {
+            bail!(
+                "{}",
+                lease_flags_misfit(lease_duration, renew_interval, drift_margin)
+            );
+        }
         let compaction = seconds("etcd-compaction-interval", etcd_compaction_interval)?;
         let places = hooks_at_once
             .map_or_else(charm_host::admission::places_for_this_machine, |n| {
@@ -537,4 +542,29 @@ impl StoreWait {
         self.pause = (self.pause * 2).min(Duration::from_secs(5));
         Ok(())
     }
+}
+
+/// What is wrong with lease flags that do not fit together, every constraint they break
+/// named by its flags, and a set that fits for the same lease (the defaults' proportions).
+fn lease_flags_misfit(lease: f64, renew: f64, margin: f64) -> String {
+    let mut broken = Vec::new();
+    if margin >= lease {
+        broken.push(format!(
+            "--drift-margin {margin} must be less than --lease-duration {lease}"
+        ));
+    }
+    let guarantee = lease - margin;
+    if renew >= guarantee {
+        broken.push(format!(
+            "--renew-interval {renew} must be less than the guarantee, --lease-duration minus --drift-margin ({})",
+            (guarantee * 1000.0).round() / 1000.0
+        ));
+    }
+    let round = |x: f64| (x * 100.0).round() / 100.0;
+    format!(
+        "the lease flags do not fit together: {}; for a {lease} s lease, for instance: --lease-duration {lease} --drift-margin {} --renew-interval {}",
+        broken.join("; "),
+        round(lease / 3.0),
+        round(lease * 2.0 / 15.0)
+    )
 }
