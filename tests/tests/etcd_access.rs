@@ -250,6 +250,31 @@ fn user_without_a_role_is_refused_naming_the_prefix() {
     etcd.assert_nothing_written();
 }
 
+/// A login by client certificate alone is the user its common name names: a refusal
+/// names that user.
+#[test]
+fn certificate_only_login_is_refused_naming_the_certificates_user() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let etcd = Secured::start();
+    // `nobody` exists and holds no role.
+    let nobody = etcd.pki.client("nobody", false);
+    let mut config = etcd.config("models/a", "unused", "unused");
+    config.auth = None;
+    config.tls = Some(EtcdTls {
+        ca: etcd.pki.ca_cert(),
+        identity: Some(EtcdIdentity {
+            cert: nobody.cert.clone(),
+            key: nobody.key.clone(),
+        }),
+    });
+    let why = etcd.refused(config);
+    assert!(
+        why.contains("etcd user `nobody`") && why.contains("models/a/"),
+        "{why}"
+    );
+    etcd.assert_nothing_written();
+}
+
 #[test]
 fn host_holding_another_models_role_is_refused() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -401,4 +426,50 @@ fn binary_runs_a_model_over_tls_with_a_user_and_refuses_passwords_on_the_command
         stderr(&out)
     );
     assert!(etcd.keys().iter().all(|k| k.starts_with("models/a/")));
+}
+
+/// A command given no TLS flags against an etcd that speaks TLS says so, naming the flag,
+/// and a host exits rather than wait for an outage that is not one.
+#[test]
+fn plaintext_to_a_tls_etcd_is_refused_naming_the_flag() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let etcd = Secured::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(guests::POSTGRESQL, dir.path().join("postgresql.wasm")).unwrap();
+    std::fs::write(
+        dir.path().join("bundle.yaml"),
+        "applications:\n  postgresql: {charm: postgresql.wasm, num_units: 1}\n",
+    )
+    .unwrap();
+    let store = etcd.etcd.store_spec("models/a");
+    for args in [
+        vec!["status", "--store", &store],
+        vec![
+            "run",
+            "bundle.yaml",
+            "--until-idle",
+            "--timeout",
+            "30",
+            "--store",
+            &store,
+        ],
+    ] {
+        let out = Command::new(charm_tests::charm_host_binary())
+            .args(&args)
+            .current_dir(dir.path())
+            .env_remove("ETCDCTL_CACERT")
+            .env_remove("ETCDCTL_CERT")
+            .env_remove("ETCDCTL_KEY")
+            .env_remove("CHARM_HOST_STORE")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = stderr(&out);
+        assert!(
+            stderr.contains(&format!("etcd at {} speaks TLS", etcd.etcd.endpoint()))
+                && stderr.contains("--etcd-cacert"),
+            "{args:?}: {stderr}"
+        );
+    }
+    etcd.assert_nothing_written();
 }

@@ -134,7 +134,53 @@ pub(super) async fn explain(e: etcd_client::Error, config: &EtcdConfig) -> Store
             return StoreError::Denied(why);
         }
     }
+    // Plaintext to a member that speaks TLS fails as a reset connection, which would be
+    // retried for ever as an outage: a handshake of our own tells.
+    if config.tls.is_none() {
+        let endpoints = config.endpoints.clone();
+        let timeout = config.request_timeout;
+        if let Ok(Some(endpoint)) =
+            tokio::task::spawn_blocking(move || speaks_tls(&endpoints, timeout)).await
+        {
+            return StoreError::Denied(format!(
+                "etcd at {endpoint} speaks TLS, and no CA was given: pass --etcd-cacert (ETCDCTL_CACERT) with the CA that signed its certificate, and --etcd-cert and --etcd-key if it asks for a client certificate"
+            ));
+        }
+    }
     StoreError::Unavailable(format!("etcd at {}: {e}", config.endpoints.join(",")))
+}
+
+/// The first of `endpoints` that answers a TLS handshake with a certificate: one trusting
+/// no CA at all fails there, and only there, against a server that speaks TLS.
+fn speaks_tls(endpoints: &[String], timeout: std::time::Duration) -> Option<String> {
+    use std::io::Read;
+    use std::sync::Arc;
+
+    use rustls_pki_types::ServerName;
+
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let client = Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth(),
+    );
+    endpoints.iter().find_map(|endpoint| {
+        let (host, _) = endpoint.rsplit_once(':')?;
+        let name = ServerName::try_from(host.to_string()).ok()?;
+        let mut connection = rustls::ClientConnection::new(client.clone(), name).ok()?;
+        let mut socket = std::net::TcpStream::connect(endpoint.as_str()).ok()?;
+        let _ = socket.set_read_timeout(Some(timeout));
+        let _ = socket.set_write_timeout(Some(timeout));
+        let mut stream = rustls::Stream::new(&mut connection, &mut socket);
+        let error = stream.read(&mut [0u8; 1]).err()?;
+        error
+            .to_string()
+            .contains("invalid peer certificate")
+            .then(|| endpoint.clone())
+    })
 }
 
 /// The TLS alert an etcd member answers a handshake with this host's TLS settings with, if
@@ -205,12 +251,15 @@ pub(super) fn refusal(e: &etcd_client::Error, config: &EtcdConfig) -> Option<Str
 /// Why etcd refused this host, if `text` (an error and its causes) says it did.
 fn refusal_text(text: &str, config: &EtcdConfig) -> Option<String> {
     // Without a user, etcd takes the client certificate's common name as the user.
-    let user = config
-        .auth
-        .as_ref()
-        .map_or("(the client certificate's common name)", |a| {
-            a.user.as_str()
-        });
+    let user = match &config.auth {
+        Some(auth) => auth.user.clone(),
+        None => config
+            .tls
+            .as_ref()
+            .and_then(|t| t.identity.as_ref())
+            .and_then(|i| certificate_common_name(&i.cert))
+            .unwrap_or_else(|| "(the client certificate's common name)".to_string()),
+    };
     let ca = config
         .tls
         .as_ref()
@@ -351,4 +400,31 @@ mod tests {
         assert_eq!(date(1_609_459_200), "2021-01-01");
         assert_eq!(date(951_782_400), "2000-02-29");
     }
+}
+
+/// The common name of the subject of the certificate in the PEM file at `path`: the user
+/// etcd takes a certificate-only login for. The subject follows the issuer in a
+/// certificate, and nothing after the subject carries a name, so the last common name in
+/// the encoding is the subject's. `None` if it has none, or cannot be read.
+fn certificate_common_name(path: &std::path::Path) -> Option<String> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+
+    // The DER of the attribute type id-at-commonName (2.5.4.3).
+    const COMMON_NAME: [u8; 5] = [0x06, 0x03, 0x55, 0x04, 0x03];
+    let der = CertificateDer::from_pem_file(path).ok()?;
+    let der: &[u8] = der.as_ref();
+    let at = der
+        .windows(COMMON_NAME.len())
+        .rposition(|w| w == COMMON_NAME)?
+        + COMMON_NAME.len();
+    // A string of some kind (UTF8String, PrintableString, ...), short-form length: names
+    // are under 128 bytes.
+    let (&_tag, rest) = der.get(at..)?.split_first()?;
+    let (&len, rest) = rest.split_first()?;
+    (len < 0x80)
+        .then(|| rest.get(..len as usize))
+        .flatten()
+        .and_then(|name| std::str::from_utf8(name).ok())
+        .map(str::to_string)
 }
