@@ -540,22 +540,32 @@ impl Controller {
         let executor = ModuleSwitch::wrap(app, self.shared.store.clone(), executor);
         match self.shared.store.application(app).await {
             Ok(existing) => {
-                // A changed option is applied as `charm-host config` applies it: checked,
-                // with config-changed on every unit in the same step.
-                let changed: BTreeMap<String, ConfigValue> = config
-                    .into_iter()
-                    .filter(|(name, value)| existing.config.get(name) != Some(value))
+                // The model as it stands wins: a restarted host does not undo what
+                // `config` changed since. What differs is said, with the command that
+                // applies it.
+                let differing: Vec<String> = config
+                    .iter()
+                    .filter(|(name, value)| {
+                        // As `config` would store it: typed by the charm's option.
+                        let typed = metadata
+                            .option(name)
+                            .and_then(|option| (*value).clone().coerce(option.kind));
+                        existing.config.get(*name) != typed.as_ref()
+                    })
+                    .map(|(name, value)| match value {
+                        ConfigValue::String(text) => format!("{name}={text}"),
+                        other => format!(
+                            "{name}={}",
+                            serde_json::to_string(other).unwrap_or_default()
+                        ),
+                    })
                     .collect();
-                if !changed.is_empty() {
-                    let applied = self
-                        .shared
-                        .store
-                        .set_config(app, changed, Vec::new())
-                        .await?;
-                    if !applied.changed.is_empty() {
-                        tracing::info!(app, changed = ?applied.changed, "config changed");
-                    }
-                    self.shared.notify(applied.queued);
+                if !differing.is_empty() {
+                    tracing::warn!(
+                        app,
+                        "the model's config differs from the bundle's, and is kept: `charm-host config {app} {}` applies the bundle's",
+                        differing.join(" ")
+                    );
                 }
                 return self.resume(existing, executor, units).await;
             }

@@ -497,3 +497,53 @@ fn lease_flags_that_do_not_fit_are_refused_together() {
         "a refused host made the store"
     );
 }
+
+/// A host restarted with the bundle it was first given runs the model as it stands: a
+/// `config` change and a `remove-unit` made since are kept, and what the bundle would
+/// have changed is said, with the command that applies it.
+#[test]
+fn a_restart_with_the_bundle_undoes_no_change_made_since() {
+    use charm_host::model::ConfigValue;
+    use charm_host::store::{SqliteStore, StateStore};
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(guests::POSTGRESQL, dir.path().join("postgresql.wasm")).unwrap();
+    std::fs::write(
+        dir.path().join("bundle.yaml"),
+        "applications:\n  postgresql: {charm: postgresql.wasm, num_units: 2, options: {port: 5433}}\n",
+    )
+    .unwrap();
+    let db = dir.path().join("model.db");
+    let store = format!("sqlite:{}", db.display());
+    let charm_host = |args: &[&str]| {
+        let out = std::process::Command::new(charm_tests::charm_host_binary())
+            .args(args)
+            .args(["--store", &store])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        stderr
+    };
+    let run = ["run", "bundle.yaml", "--until-idle", "--timeout", "60"];
+    charm_host(&run);
+    charm_host(&["config", "postgresql", "port=6000"]);
+    charm_host(&["remove-unit", "postgresql/1"]);
+    let stderr = charm_host(&run);
+    assert!(
+        stderr.contains("`charm-host config postgresql port=5433` applies the bundle's"),
+        "{stderr}"
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let model = SqliteStore::open_read_only(&db, "default").unwrap();
+    let app = rt.block_on(model.application("postgresql")).unwrap();
+    assert_eq!(app.config["port"], ConfigValue::Int(6000));
+    assert_eq!(
+        rt.block_on(model.units("postgresql")).unwrap(),
+        ["postgresql/0"]
+    );
+}

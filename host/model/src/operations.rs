@@ -170,20 +170,20 @@ pub fn add_units<T: ModelTx + ?Sized>(
     (0..count).map(|_| add_unit(tx, app)).collect()
 }
 
-/// Adds units of `app`, as [`add_unit`] does, until it has `wanted` (counting those being
-/// removed), all in this step; none if it has as many already. Returns those added. A
-/// deployment resumed, or made by two hosts at once, adds each unit once: the step that
-/// counts is the step that adds.
+/// Adds units of `app`, as [`add_unit`] does, until it has had `wanted` (counting every
+/// unit it ever had, removed ones too), all in this step; none if it has had as many.
+/// Returns those added. A deployment resumed, or made by two hosts at once, adds each unit
+/// once, since the step that counts is the step that adds; and a unit an operator removed
+/// since is not added back.
 pub fn add_units_up_to<T: ModelTx + ?Sized>(
     tx: &mut T,
     app: &str,
     wanted: u32,
 ) -> Result<Vec<String>, StoreError> {
-    if !tx.app_exists(app)? {
-        return Err(not_found(format!("application {app}")));
-    }
-    let have = tx.units_of(app)?.len();
-    (have..wanted as usize).map(|_| add_unit(tx, app)).collect()
+    let had = tx
+        .next_unit_number(app)?
+        .ok_or_else(|| not_found(format!("application {app}")))?;
+    (had..wanted).map(|_| add_unit(tx, app)).collect()
 }
 
 /// `app`'s units that are not being removed, by number: those the model's hooks reach.
