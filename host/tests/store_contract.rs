@@ -3635,30 +3635,6 @@ mod etcd_only {
         }
     }
 
-    /// Every key and the revision: what a refused open must leave as it was.
-    async fn everything(server: &EtcdServer) -> (i64, Vec<String>) {
-        let mut client = etcd_client::Client::connect([server.endpoint()], None)
-            .await
-            .unwrap();
-        let all = client
-            .get(
-                "",
-                Some(
-                    etcd_client::GetOptions::new()
-                        .with_all_keys()
-                        .with_keys_only(),
-                ),
-            )
-            .await
-            .unwrap();
-        let keys = all
-            .kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect();
-        (all.header().unwrap().revision(), keys)
-    }
-
     /// A model is made only at a prefix with nothing under it and no model above it: a
     /// prefix inside a model (`models/a/hooks/web/0`) or above one (`models`) is refused,
     /// naming why, and nothing is written; one beside it (`models/b`) is a new model.
@@ -3667,7 +3643,7 @@ mod etcd_only {
         let server = EtcdServer::start();
         let a = open(&server, "models/a").await;
         deploy_at_rest(&a).await;
-        let before = everything(&server).await;
+        let before = server.everything().await;
         for (prefix, why) in [
             ("models/a/hooks/web/0", "inside the model at models/a"),
             ("models/a/apps", "inside the model at models/a"),
@@ -3684,7 +3660,7 @@ mod etcd_only {
                 matches!(&err, StoreError::Incompatible(m) if m.contains(why)),
                 "{prefix}: {err:?}"
             );
-            assert_eq!(everything(&server).await, before, "{prefix}: written");
+            assert_eq!(server.everything().await, before, "{prefix}: written");
         }
         let b = open(&server, "models/b").await;
         deploy_at_rest(&b).await;
@@ -3699,7 +3675,7 @@ mod etcd_only {
     async fn opening_without_creating_writes_nothing() {
         use charm_host::store::OpenMode;
         let server = EtcdServer::start();
-        let before = everything(&server).await;
+        let before = server.everything().await;
         for mode in [OpenMode::Existing, OpenMode::ReadOnly] {
             let config = EtcdConfig::parse(&server.store_spec("modelz-typo")).unwrap();
             let err = EtcdStore::connect_with(config, "test-model", mode)
@@ -3709,11 +3685,11 @@ mod etcd_only {
                 matches!(&err, StoreError::NotFound(m) if m.contains("no model at etcd://") && m.contains("/modelz-typo") && m.contains("charm-host deploy")),
                 "{mode:?}: {err:?}"
             );
-            assert_eq!(everything(&server).await, before, "{mode:?}: written");
+            assert_eq!(server.everything().await, before, "{mode:?}: written");
         }
         let model = open(&server, "models/a").await;
         deploy_at_rest(&model).await;
-        let before = everything(&server).await;
+        let before = server.everything().await;
         let config = EtcdConfig::parse(&server.store_spec("/models//a/")).unwrap();
         let reader = EtcdStore::connect_with(config, "test-model", OpenMode::ReadOnly)
             .await
@@ -3721,7 +3697,7 @@ mod etcd_only {
         assert_eq!(reader.status().await.unwrap().units.len(), 5);
         reader.snapshot("web/0").await.unwrap();
         reader.debug_log(None, 10).await.unwrap();
-        assert_eq!(everything(&server).await, before, "a read wrote");
+        assert_eq!(server.everything().await, before, "a read wrote");
     }
 
     /// A host keeps each application's document as it last decoded it, by the key's

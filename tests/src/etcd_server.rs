@@ -196,6 +196,32 @@ impl EtcdServer {
         format!("etcd://{}/{prefix}", self.endpoint())
     }
 
+    /// Every key it holds, and its revision: what a refused or read-only command must
+    /// leave as it was. A plaintext server only.
+    #[cfg(feature = "etcd")]
+    pub async fn everything(&self) -> (i64, Vec<String>) {
+        let mut client = etcd_client::Client::connect([self.endpoint()], None)
+            .await
+            .unwrap();
+        let all = client
+            .get(
+                "",
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_all_keys()
+                        .with_keys_only(),
+                ),
+            )
+            .await
+            .unwrap();
+        let keys = all
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect();
+        (all.header().unwrap().revision(), keys)
+    }
+
     /// Whether it is running (not killed).
     pub fn is_running(&self) -> bool {
         self.child.is_some()

@@ -44,32 +44,11 @@ fn ok(dir: &Path, args: &[&str]) -> String {
 
 /// Every key in etcd and its revision: what a refused or read-only command leaves as it was.
 fn everything(etcd: &EtcdServer) -> (i64, Vec<String>) {
-    let rt = tokio::runtime::Builder::new_current_thread()
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut client = etcd_client::Client::connect([etcd.endpoint()], None)
-            .await
-            .unwrap();
-        let all = client
-            .get(
-                "",
-                Some(
-                    etcd_client::GetOptions::new()
-                        .with_all_keys()
-                        .with_keys_only(),
-                ),
-            )
-            .await
-            .unwrap();
-        let keys = all
-            .kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect();
-        (all.header().unwrap().revision(), keys)
-    })
+        .unwrap()
+        .block_on(etcd.everything())
 }
 
 #[test]
