@@ -62,7 +62,7 @@ use charm_model::{
     app_of,
 };
 
-use super::host::{Writes, from_model, to_model, to_model_metadata};
+use super::host::{Writes, from_model, status_kind, to_model, to_model_metadata};
 use super::{Context, Faults, Outcome, Output, PodSpecState, Relation, State, params_to_model};
 use crate::{ActionEvent, Charm, ConfigValue, Event, RelationEvent, Status};
 
@@ -553,14 +553,7 @@ impl Deployment {
 /// What a committed hook wrote, as the host's commit takes it.
 fn changes_of(writes: Writes, out: &Output) -> Changes {
     let status = |s: Status| charm_model::Status {
-        kind: match s {
-            Status::Unknown => StatusKind::Unknown,
-            Status::Active(_) => StatusKind::Active,
-            Status::Maintenance(_) => StatusKind::Maintenance,
-            Status::Waiting(_) => StatusKind::Waiting,
-            Status::Blocked(_) => StatusKind::Blocked,
-            Status::Error(_) => StatusKind::Error,
-        },
+        kind: status_kind(&s),
         message: s.message().to_string(),
     };
     Changes {

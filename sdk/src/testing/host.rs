@@ -112,7 +112,8 @@ fn refused(e: AccessError) -> Error {
     }
 }
 
-fn status_kind(status: &Status) -> StatusKind {
+/// The model's kind of a charm's status.
+pub(super) fn status_kind(status: &Status) -> StatusKind {
     match status {
         Status::Unknown => StatusKind::Unknown,
         Status::Active(_) => StatusKind::Active,
