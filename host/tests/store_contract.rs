@@ -143,6 +143,28 @@ async fn deploy_at_rest(store: &dyn Store) -> Model {
     m
 }
 
+/// Adding units up to a number counts every unit the application has had: it adds the
+/// shortfall once, nothing when asked again, and does not add back a unit removed since.
+async fn units_are_added_up_to_a_number_once(store: &dyn Store) {
+    deploy_at_rest(store).await;
+    assert_eq!(
+        store.units("web").await.unwrap(),
+        ["web/0", "web/1", "web/2"]
+    );
+    assert_eq!(store.add_units_up_to("web", 4).await.unwrap(), ["web/3"]);
+    assert!(store.add_units_up_to("web", 4).await.unwrap().is_empty());
+    assert!(store.add_units_up_to("web", 2).await.unwrap().is_empty());
+    store.remove_unit("web/3").await.unwrap();
+    assert!(store.add_units_up_to("web", 4).await.unwrap().is_empty());
+    // web/3 is dying, not replaced by a web/4.
+    assert_eq!(
+        store.units("web").await.unwrap(),
+        ["web/0", "web/1", "web/2", "web/3"]
+    );
+    let err = store.add_units_up_to("nope", 1).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+}
+
 /// Two hosts on one store (`here` and `there`, `m` deployed): `there` adds a unit and
 /// marks one dying, and `here`'s next snapshot of `db/0` lists web's units as they are
 /// now, whatever it kept from its last read; so does `there`'s.
@@ -3453,6 +3475,7 @@ fn sqlite_store(dir: &std::path::Path) -> SqliteStore {
 }
 
 contract! {
+    units_are_added_up_to_a_number_once,
     first_claim_gets_a_term,
     holder_claim_extends_and_keeps_term,
     other_claim_denied_while_lease_live,
