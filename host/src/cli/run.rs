@@ -126,10 +126,7 @@ impl RunArgs {
             request_timeout: seconds("retry-period", retry_period)?,
         };
         if leadership.validate().is_err() {
-            bail!(
-                "{}",
-                lease_flags_misfit(lease_duration, renew_interval, drift_margin)
-            );
+            bail!("{}", lease_flags_misfit(&leadership));
         }
         let compaction = seconds("etcd-compaction-interval", etcd_compaction_interval)?;
         let places = hooks_at_once
@@ -545,19 +542,25 @@ impl StoreWait {
 }
 
 /// What is wrong with lease flags that do not fit together, every constraint they break
-/// named by its flags, and a set that fits for the same lease (the defaults' proportions).
-fn lease_flags_misfit(lease: f64, renew: f64, margin: f64) -> String {
+/// named by its flags (checked as [`LeadershipConfig::validate`] checks them), and a set
+/// that fits for the same lease (the defaults' proportions).
+fn lease_flags_misfit(config: &LeadershipConfig) -> String {
+    let secs = |d: Duration| d.as_secs_f64();
+    let (lease, renew, margin) = (
+        secs(config.lease_duration),
+        secs(config.renew_interval),
+        secs(config.drift_margin),
+    );
     let mut broken = Vec::new();
-    if margin >= lease {
+    if config.drift_margin >= config.lease_duration {
         broken.push(format!(
             "--drift-margin {margin} must be less than --lease-duration {lease}"
         ));
     }
-    let guarantee = lease - margin;
-    if renew >= guarantee {
+    if config.renew_interval >= config.guarantee() {
         broken.push(format!(
             "--renew-interval {renew} must be less than the guarantee, --lease-duration minus --drift-margin ({})",
-            (guarantee * 1000.0).round() / 1000.0
+            secs(config.guarantee())
         ));
     }
     let round = |x: f64| (x * 100.0).round() / 100.0;

@@ -358,6 +358,11 @@ impl SqliteStore {
         };
         let conn = Connection::open_with_flags(path, flags).map_err(|e| open_err(path, e))?;
         conn.busy_timeout(BUSY_TIMEOUT).db()?;
+        // Opened for writing only to recover a crashed host's log: nothing else is written,
+        // not even the checkpoint SQLite makes when the last connection closes.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .db()?;
+        conn.pragma_update(None, "query_only", true).db()?;
         let (version, tables) = read_version(&conn).map_err(|e| open_err(path, e))?;
         check_version(path, version, tables)?;
         if version < SCHEMA_VERSION {

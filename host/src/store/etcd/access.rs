@@ -150,6 +150,17 @@ pub(super) async fn explain(e: etcd_client::Error, config: &EtcdConfig) -> Store
     StoreError::Unavailable(format!("etcd at {}: {e}", config.endpoints.join(",")))
 }
 
+/// A connection to `endpoint` (`HOST:PORT`) made within `timeout`, at its first address
+/// that takes one: a member that drops packets costs the timeout, not the system's two
+/// minutes.
+fn connect_within(endpoint: &str, timeout: std::time::Duration) -> Option<std::net::TcpStream> {
+    use std::net::ToSocketAddrs as _;
+    endpoint
+        .to_socket_addrs()
+        .ok()?
+        .find_map(|addr| std::net::TcpStream::connect_timeout(&addr, timeout).ok())
+}
+
 /// The first of `endpoints` that answers a TLS handshake with a certificate: one trusting
 /// no CA at all fails there, and only there, against a server that speaks TLS.
 fn speaks_tls(endpoints: &[String], timeout: std::time::Duration) -> Option<String> {
@@ -171,7 +182,7 @@ fn speaks_tls(endpoints: &[String], timeout: std::time::Duration) -> Option<Stri
         let (host, _) = endpoint.rsplit_once(':')?;
         let name = ServerName::try_from(host.to_string()).ok()?;
         let mut connection = rustls::ClientConnection::new(client.clone(), name).ok()?;
-        let mut socket = std::net::TcpStream::connect(endpoint.as_str()).ok()?;
+        let mut socket = connect_within(endpoint, timeout)?;
         let _ = socket.set_read_timeout(Some(timeout));
         let _ = socket.set_write_timeout(Some(timeout));
         let mut stream = rustls::Stream::new(&mut connection, &mut socket);
@@ -225,7 +236,7 @@ fn handshake_alert(config: &EtcdConfig) -> Option<String> {
         let Ok(mut connection) = rustls::ClientConnection::new(client.clone(), name) else {
             continue;
         };
-        let Ok(mut socket) = std::net::TcpStream::connect(endpoint.as_str()) else {
+        let Some(mut socket) = connect_within(endpoint, config.request_timeout) else {
             continue;
         };
         let _ = socket.set_read_timeout(Some(config.request_timeout));
@@ -403,9 +414,7 @@ mod tests {
 }
 
 /// The common name of the subject of the certificate in the PEM file at `path`: the user
-/// etcd takes a certificate-only login for. The subject follows the issuer in a
-/// certificate, and nothing after the subject carries a name, so the last common name in
-/// the encoding is the subject's. `None` if it has none, or cannot be read.
+/// etcd takes a certificate-only login for. `None` if it has none, or cannot be read.
 fn certificate_common_name(path: &std::path::Path) -> Option<String> {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
@@ -413,18 +422,41 @@ fn certificate_common_name(path: &std::path::Path) -> Option<String> {
     // The DER of the attribute type id-at-commonName (2.5.4.3).
     const COMMON_NAME: [u8; 5] = [0x06, 0x03, 0x55, 0x04, 0x03];
     let der = CertificateDer::from_pem_file(path).ok()?;
-    let der: &[u8] = der.as_ref();
-    let at = der
+    // Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { [0] version OPTIONAL,
+    // serialNumber, signature, issuer, validity, subject, ... }, ... }
+    let (_, certificate, _) = der_element(der.as_ref())?;
+    let (_, tbs, _) = der_element(certificate)?;
+    let mut rest = tbs;
+    let (tag, _, after) = der_element(rest)?;
+    if tag == 0xa0 {
+        rest = after;
+    }
+    for _ in 0..4 {
+        rest = der_element(rest)?.2;
+    }
+    let (_, subject, _) = der_element(rest)?;
+    let at = subject
         .windows(COMMON_NAME.len())
-        .rposition(|w| w == COMMON_NAME)?
+        .position(|w| w == COMMON_NAME)?
         + COMMON_NAME.len();
-    // A string of some kind (UTF8String, PrintableString, ...), short-form length: names
-    // are under 128 bytes.
-    let (&_tag, rest) = der.get(at..)?.split_first()?;
-    let (&len, rest) = rest.split_first()?;
-    (len < 0x80)
-        .then(|| rest.get(..len as usize))
-        .flatten()
-        .and_then(|name| std::str::from_utf8(name).ok())
-        .map(str::to_string)
+    let (_, name, _) = der_element(subject.get(at..)?)?;
+    std::str::from_utf8(name).ok().map(str::to_string)
+}
+
+/// The first DER element of `bytes`: its tag, its contents, and what follows it.
+fn der_element(bytes: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = bytes.split_first()?;
+    let (&first, mut rest) = rest.split_first()?;
+    let len = if first < 0x80 {
+        first as usize
+    } else {
+        let octets = (first & 0x7f) as usize;
+        if octets == 0 || octets > 4 || rest.len() < octets {
+            return None;
+        }
+        let (len, after) = rest.split_at(octets);
+        rest = after;
+        len.iter().fold(0usize, |n, &b| (n << 8) | b as usize)
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
 }
