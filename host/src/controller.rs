@@ -611,10 +611,16 @@ impl Controller {
         // runs their relation-created after install and before start (Juju's order).
         self.ensure_peer_relations(&record).await?;
         // Every unit is in the store before any agent runs, so the first leader's
-        // leader-settings-changed reaches all of its followers. One step counts and adds
-        // (queueing each unit's install, config-changed and start), so another host
-        // resuming this deployment at the same moment adds none again.
-        self.shared.store.add_units_up_to(app, units).await?;
+        // leader-settings-changed reaches all of its followers. Each step counts and adds
+        // one (queueing its install, config-changed and start), so another host resuming
+        // this deployment at the same moment adds none again.
+        while self
+            .shared
+            .store
+            .add_unit_up_to(app, units)
+            .await?
+            .is_some()
+        {}
         let names = self.shared.store.units(app).await?;
         for unit in &names {
             self.start_agent(unit, executor.clone()).await?;
@@ -676,7 +682,13 @@ impl Controller {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(app.name.clone(), executor.clone());
-        self.shared.store.add_units_up_to(&app.name, wanted).await?;
+        while self
+            .shared
+            .store
+            .add_unit_up_to(&app.name, wanted)
+            .await?
+            .is_some()
+        {}
         let units = self.shared.store.units(&app.name).await?;
         for unit in &units {
             self.start_agent(unit, executor.clone()).await?;

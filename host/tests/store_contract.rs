@@ -151,17 +151,20 @@ async fn units_are_added_up_to_a_number_once(store: &dyn Store) {
         store.units("web").await.unwrap(),
         ["web/0", "web/1", "web/2"]
     );
-    assert_eq!(store.add_units_up_to("web", 4).await.unwrap(), ["web/3"]);
-    assert!(store.add_units_up_to("web", 4).await.unwrap().is_empty());
-    assert!(store.add_units_up_to("web", 2).await.unwrap().is_empty());
+    assert_eq!(
+        store.add_unit_up_to("web", 4).await.unwrap().as_deref(),
+        Some("web/3")
+    );
+    assert_eq!(store.add_unit_up_to("web", 4).await.unwrap(), None);
+    assert_eq!(store.add_unit_up_to("web", 2).await.unwrap(), None);
     store.remove_unit("web/3").await.unwrap();
-    assert!(store.add_units_up_to("web", 4).await.unwrap().is_empty());
+    assert_eq!(store.add_unit_up_to("web", 4).await.unwrap(), None);
     // web/3 is dying, not replaced by a web/4.
     assert_eq!(
         store.units("web").await.unwrap(),
         ["web/0", "web/1", "web/2", "web/3"]
     );
-    let err = store.add_units_up_to("nope", 1).await.unwrap_err();
+    let err = store.add_unit_up_to("nope", 1).await.unwrap_err();
     assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
 }
 

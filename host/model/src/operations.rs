@@ -170,20 +170,24 @@ pub fn add_units<T: ModelTx + ?Sized>(
     (0..count).map(|_| add_unit(tx, app)).collect()
 }
 
-/// Adds units of `app`, as [`add_unit`] does, until it has had `wanted` (counting every
-/// unit it ever had, removed ones too), all in this step; none if it has had as many.
-/// Returns those added. A deployment resumed, or made by two hosts at once, adds each unit
-/// once, since the step that counts is the step that adds; and a unit an operator removed
-/// since is not added back.
-pub fn add_units_up_to<T: ModelTx + ?Sized>(
+/// Adds the next unit of `app`, as [`add_unit`] does, if it has had fewer than `wanted`
+/// (counting every unit it ever had, removed ones too); returns it, or `None` if it has had
+/// as many. Called until `None`, it brings a deployment to `wanted` units: one resumed, or
+/// made by two hosts at once, adds each unit once, since the step that counts is the step
+/// that adds; and a unit an operator removed since is not added back. One unit a step, so
+/// that each step stays within a store's transaction limits however many units are wanted.
+pub fn add_unit_up_to<T: ModelTx + ?Sized>(
     tx: &mut T,
     app: &str,
     wanted: u32,
-) -> Result<Vec<String>, StoreError> {
+) -> Result<Option<String>, StoreError> {
     let had = tx
         .next_unit_number(app)?
         .ok_or_else(|| not_found(format!("application {app}")))?;
-    (had..wanted).map(|_| add_unit(tx, app)).collect()
+    if had >= wanted {
+        return Ok(None);
+    }
+    add_unit(tx, app).map(Some)
 }
 
 /// `app`'s units that are not being removed, by number: those the model's hooks reach.

@@ -29,7 +29,7 @@ const OPERATIONS: &[&str] = &[
     "application",
     "applications",
     "add_unit",
-    "add_units_up_to",
+    "add_unit_up_to",
     "units",
     "add_relation",
     "deploy",

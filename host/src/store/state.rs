@@ -254,15 +254,15 @@ pub trait StateStore: Send + Sync {
         })
     }
 
-    /// Adds units of `app` until it has `wanted`, with their hooks, in one step
-    /// ([`charm_model::operations::add_units_up_to`]). Returns those added.
-    fn add_units_up_to<'a>(&'a self, app: &'a str, wanted: u32) -> StoreFuture<'a, Vec<String>> {
+    /// Adds the next unit of `app`, with its hooks, if it has had fewer than `wanted`, in
+    /// one step ([`charm_model::operations::add_unit_up_to`]). Returns it.
+    fn add_unit_up_to<'a>(&'a self, app: &'a str, wanted: u32) -> StoreFuture<'a, Option<String>> {
         Box::pin(async move {
             let reads = [Records::App(app)];
             run(
                 self,
-                Step::write("add_units_up_to", "adding units to", app, &reads),
-                |tx| operations::add_units_up_to(tx, app, wanted),
+                Step::write("add_unit_up_to", "adding a unit to", app, &reads),
+                |tx| operations::add_unit_up_to(tx, app, wanted),
             )
             .await
         })
