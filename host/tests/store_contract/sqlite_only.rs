@@ -328,7 +328,7 @@ async fn pod_spec_history_has_every_revision() {
 }
 
 /// The first schema, exactly as hosts of version 1 wrote it.
-const SCHEMA_V1: &str = include_str!("../../src/store/schema/v1.sql");
+const SCHEMA_V1: &str = include_str!("../../src/store/sqlite/schema/v1.sql");
 
 fn user_version(path: &Path) -> i32 {
     rusqlite::Connection::open(path)
