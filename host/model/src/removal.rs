@@ -311,6 +311,13 @@ pub fn finish_unit<T: ModelTx + ?Sized>(tx: &mut T, unit: &str) -> Result<(), St
         tx.release_lease(app)?;
     }
     tx.delete_unit(unit)?;
+    // Hooks about a dying relation still on their way to this unit go with it
+    // ([`ModelTx::undelivered_about`]): if they were all its relation waited for, it goes.
+    for rel in tx.relations_of(app)? {
+        if rel.dying {
+            reap_relation(tx, rel.id)?;
+        }
+    }
     reap_application(tx, app)?;
     Ok(())
 }
@@ -357,6 +364,9 @@ pub fn reap_relation<T: ModelTx + ?Sized>(tx: &mut T, id: RelationId) -> Result<
                 return Ok(false);
             }
         }
+    }
+    if tx.undelivered_about(id)? {
+        return Ok(false);
     }
     tx.delete_relation(id)?;
     Ok(true)

@@ -242,6 +242,15 @@ pub trait ModelTx {
         Ok(false)
     }
 
+    /// Whether a hook about relation `id` is on its way to a live unit's queue but not in it
+    /// yet: deferred by this step or by an earlier one ([`defers_queueing`](Self::defers_queueing))
+    /// and not delivered. A relation stays while any is ([`crate::removal::reap_relation`]):
+    /// its relation-broken still has to run. A store that never defers has none.
+    fn undelivered_about(&mut self, id: RelationId) -> TxResult<bool> {
+        let _ = id;
+        Ok(false)
+    }
+
     /// Creates an application, with no units, leader settings, status or pod spec.
     fn create_application(&mut self, record: ApplicationRecord) -> TxResult<()>;
 

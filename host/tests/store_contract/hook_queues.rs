@@ -144,6 +144,92 @@ pub(crate) async fn hooks_on_many_units_are_all_queued_and_coalesced(store: &dyn
     }
 }
 
+/// A relation between applications of many units, removed (the etcd store queues its
+/// relation-departed and -broken hooks through an outbox), stays until the last unit's
+/// relation-broken has run, and goes then: so does one removed with an application by
+/// `remove-application --force`. No unit is left with a hook about a relation that is gone.
+pub(crate) async fn a_relation_of_many_units_stays_until_its_last_relation_broken(
+    store: &dyn Store,
+) {
+    const BIG: usize = 12;
+    let requires = vec![endpoint("db", RelationRole::Requires, "pgsql")];
+    store.add_application(app("big", requires)).await.unwrap();
+    let provides = vec![endpoint("db", RelationRole::Provides, "pgsql")];
+    store.add_application(app("db", provides)).await.unwrap();
+    let mut units = Vec::new();
+    for _ in 0..BIG {
+        units.push(store.add_unit("big").await.unwrap());
+    }
+    for _ in 0..3 {
+        units.push(store.add_unit("db").await.unwrap());
+    }
+    let units: Vec<&str> = units.iter().map(String::as_str).collect();
+    let exists = async |id| store.relations().await.unwrap().iter().any(|r| r.id == id);
+    // Runs a unit's queue out, until it is empty or the unit is gone (its remove ran).
+    let run_out = async |unit: &str| {
+        loop {
+            let queue = match store.queued(unit).await {
+                Err(StoreError::NotFound(_)) => return,
+                queue => queue.unwrap(),
+            };
+            let Some(q) = queue.first() else { return };
+            store
+                .commit(unit, Some(q.seq), &Changes::default(), None)
+                .await
+                .unwrap();
+        }
+    };
+
+    for force in [false, true] {
+        let (rel, _) = store.relate("big", "db").await.unwrap();
+        drain(store, &units).await;
+        let id = if force {
+            let removal = store.remove_application("big", true).await.unwrap();
+            assert_eq!(removal.relations.len(), 1);
+            removal.relations[0].id
+        } else {
+            store.remove_relation("big:db", "db").await.unwrap().0.id
+        };
+        assert_eq!(id, rel.id);
+        assert!(
+            exists(id).await,
+            "gone before any relation-broken ran (force: {force})"
+        );
+        for unit in &units {
+            let queue = hooks_of(&store.queued(unit).await.unwrap());
+            assert!(
+                queue
+                    .iter()
+                    .any(|h| matches!(h, Hook::RelationBroken(r) if r.id == id)),
+                "{unit} has no relation-broken queued: {queue:?}"
+            );
+        }
+        // Every unit but the last runs its queue: the relation stays for the last.
+        let (last, others) = units.split_last().unwrap();
+        for unit in others {
+            run_out(unit).await;
+        }
+        assert!(
+            exists(id).await,
+            "gone before {last}'s relation-broken (force: {force})"
+        );
+        run_out(last).await;
+        assert!(
+            !exists(id).await,
+            "outlived its last relation-broken (force: {force})"
+        );
+    }
+    assert!(
+        !store
+            .applications()
+            .await
+            .unwrap()
+            .iter()
+            .any(|a| a.name == "big"),
+        "big outlived its last unit"
+    );
+}
+
 pub(crate) fn app(name: &str, relations: Vec<EndpointMeta>) -> ApplicationRecord {
     ApplicationRecord {
         name: name.into(),

@@ -471,6 +471,7 @@ contract! {
     committing_a_queued_hook_applies_it_once,
     commits_queue_the_hooks_they_fire,
     hooks_on_many_units_are_all_queued_and_coalesced,
+    a_relation_of_many_units_stays_until_its_last_relation_broken,
     fenced_out_commit_keeps_its_hook_queued,
     a_commit_whose_hook_read_changed_is_stale_and_applies_nothing,
     what_a_hook_did_not_read_does_not_make_its_commit_stale,

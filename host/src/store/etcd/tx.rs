@@ -1004,6 +1004,36 @@ impl ModelTx for EtcdTx<'_> {
         Ok(self.defer)
     }
 
+    fn undelivered_about(&mut self, id: RelationId) -> TxResult<bool> {
+        let about = |e: &OutboxEntry| e.hook.relation().is_some_and(|r| r.id == id);
+        let mut units: Vec<String> = self
+            .deferred
+            .iter()
+            .filter(|e| about(e))
+            .map(|e| e.unit.clone())
+            .collect();
+        // The step depends on the outboxes (one created meanwhile conflicts with it) and on
+        // their cursors: a delivery meanwhile moves hooks into queues the step also read.
+        for (key, value) in self.scan(&self.store.key("outbox/")) {
+            let cursor_key = self.store.outbox_cursor_key(&key);
+            let from: usize = match self.get(&cursor_key) {
+                Some(v) => decode_value(&cursor_key, &v)?,
+                None => 0,
+            };
+            let entries: Vec<OutboxEntry> = decode_value(&key, &value)?;
+            units.extend(entries.into_iter().skip(from).filter(about).map(|e| e.unit));
+        }
+        units.sort();
+        units.dedup();
+        for unit in units {
+            // A hook for a unit removed meanwhile is dropped as it is delivered.
+            if self.unit_exists(&unit)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     fn coalesces(&mut self, unit: &str, hook: &Hook) -> TxResult<Option<bool>> {
         if self.defer {
             // Decided as the hook reaches the queue, without reading it here.
