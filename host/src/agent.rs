@@ -135,15 +135,12 @@ impl Charm {
         let span = tracing::Span::current();
         Box::pin(async move {
             let event = to_event(&hook);
-            match tokio::task::spawn_blocking(move || {
+            crate::blocking::off_runtime(move || {
                 let _in_hook = span.enter();
                 charm.run_hook_reading(snapshot, fence, guarantee, &event, bags)
             })
             .await
-            {
-                Ok(run) => run,
-                Err(e) => HookRun::failed_to_run(format!("hook task failed: {e}")),
-            }
+            .unwrap_or_else(|e| HookRun::failed_to_run(format!("hook task failed: {e}")))
         })
     }
 }

@@ -433,6 +433,9 @@ pub struct Controller {
     shared: Arc<Shared>,
     config: ControllerConfig,
     trackers: Mutex<BTreeMap<String, tokio::task::AbortHandle>>,
+    /// Set, under `trackers`' lock, once [`Controller::shutdown`] stopped every agent: an
+    /// agent started after (the host's model watch, a step behind) is stopped at once.
+    stopped: std::sync::atomic::AtomicBool,
     executors: Mutex<BTreeMap<String, Arc<dyn HookExecutor>>>,
     leadership: Arc<Mutex<BTreeMap<String, watch::Receiver<Leadership>>>>,
     /// The lease holder of each unit's running agent ([`charm_model::agent_holder`]).
@@ -468,6 +471,7 @@ impl Controller {
         Ok(Controller {
             shared,
             trackers: Mutex::new(BTreeMap::new()),
+            stopped: std::sync::atomic::AtomicBool::new(false),
             executors: Mutex::new(BTreeMap::new()),
             leadership: Arc::new(Mutex::new(BTreeMap::new())),
             holders: Mutex::new(BTreeMap::new()),
@@ -775,10 +779,13 @@ impl Controller {
             let tracker = launch.tracker();
             tokio::spawn(launch.run(tracker, inbox, loaded, None))
         };
-        self.trackers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(unit.to_string(), task.abort_handle());
+        let mut trackers = self.trackers.lock().unwrap_or_else(|e| e.into_inner());
+        if self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            // The host is stopping: a hook this agent ran could outlive the unit's leases.
+            task.abort();
+            return Ok(());
+        }
+        trackers.insert(unit.to_string(), task.abort_handle());
         Ok(())
     }
 
@@ -1181,11 +1188,15 @@ impl Controller {
         }
     }
 
-    /// Stops every agent.
+    /// Stops every agent, and any started from now on.
     pub fn shutdown(&self) {
-        for (_, task) in
-            std::mem::take(&mut *self.trackers.lock().unwrap_or_else(|e| e.into_inner()))
-        {
+        let running = {
+            let mut trackers = self.trackers.lock().unwrap_or_else(|e| e.into_inner());
+            self.stopped
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            std::mem::take(&mut *trackers)
+        };
+        for (_, task) in running {
             task.abort();
         }
         self.shared

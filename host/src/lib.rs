@@ -19,6 +19,7 @@ pub mod bindings;
 pub mod admission;
 pub mod agent;
 pub mod allocator;
+mod blocking;
 pub mod build;
 pub mod bundle;
 pub mod charm;

@@ -79,7 +79,7 @@ impl Switch {
         let name = format!("{} (module {})", self.app, &hash[..hash.len().min(12)]);
         let from = current.clone();
         // Compiling a module is seconds of CPU: keep it off the runtime.
-        let loaded = tokio::task::spawn_blocking(move || from.load_module(&name, &bytes))
+        let loaded = crate::blocking::off_runtime(move || from.load_module(&name, &bytes))
             .await
             .map_err(|e| format!("loading module {hash}: {e}"))?;
         let next = match loaded {

@@ -347,7 +347,9 @@ async fn run(bundle_args: Option<BundleArgs>, options: RunOptions) -> Result<()>
             r = tokio::signal::ctrl_c() => r?,
             _ = terminate.recv() => {}
         }
-        // Hand leadership over at once rather than after the lease lapses.
+        // No agent starts from here on; leadership is handed over at once rather than
+        // after the lease lapses.
+        watching.abort();
         controller.release_leases().await;
     }
     watching.abort();
