@@ -155,6 +155,16 @@ async fn another_hosts_changes_show_in_the_next_snapshot() {
     assert_eq!(new, Some(ConfigValue::String("hey".into())));
 }
 
+/// See [`super::a_removal_beside_the_last_relation_broken_leaves_no_relation`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_beside_the_last_relation_broken_leaves_no_relation() {
+    let server = EtcdServer::start();
+    let here = open(&server, "shared").await;
+    deploy_at_rest(&here).await;
+    let there = open(&server, "shared").await;
+    super::a_removal_beside_the_last_relation_broken_leaves_no_relation(&here, &there).await;
+}
+
 /// See [`super::last_brokens_at_once_reap_the_relation`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn last_brokens_at_once_reap_the_relation() {

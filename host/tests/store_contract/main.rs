@@ -232,6 +232,52 @@ async fn last_brokens_at_once_reap_the_relation(here: &dyn Store, there: &dyn St
     }
 }
 
+/// A unit's remove hook and a relation's last relation-broken, on two hosts at once: the
+/// relation goes and stays gone. (On etcd the removal, which looks for dying relations its
+/// unit leaves reapable, read the relation under a prefix that does not see it deleted, so
+/// its write brought it back, dying with no hook left to reap it.) `m` deployed at rest.
+async fn a_removal_beside_the_last_relation_broken_leaves_no_relation(
+    here: &dyn Store,
+    there: &dyn Store,
+) {
+    for round in 0..8 {
+        let leaving = here.add_unit("web").await.unwrap();
+        let mut units = vec!["db/0".to_string(), leaving.clone()];
+        units.extend(ALL_UNITS.iter().map(|u| u.to_string()));
+        units.dedup();
+        hooks_run(here, &units.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        here.remove_unit(&leaving).await.unwrap();
+        let (rel, _) = here.remove_relation("web", "db").await.unwrap();
+        // Every hook but db/0's relation-broken and the leaving unit's remove.
+        for unit in &units {
+            for queued in here.queued(unit).await.unwrap() {
+                let last = match &queued.hook {
+                    Hook::RelationBroken(_) => unit == "db/0",
+                    Hook::Remove => unit == &leaving,
+                    _ => false,
+                };
+                if !last {
+                    here.commit(unit, Some(queued.seq), &Changes::default(), None)
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+        tokio::join!(run_only_hook(here, "db/0"), run_only_hook(there, &leaving));
+        let left: Vec<String> = here
+            .relations()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|r| r.id == rel.id)
+            .map(|r| format!("{} dying: {}", r.describe(), r.dying))
+            .collect();
+        assert!(left.is_empty(), "round {round}: {left:?}");
+        here.relate("web", "db").await.unwrap();
+        hooks_run(here, &ALL_UNITS).await;
+    }
+}
+
 /// Commits the one hook queued on `unit`, writing nothing.
 async fn run_only_hook(store: &dyn Store, unit: &str) {
     let queued = store.queued(unit).await.unwrap();

@@ -70,6 +70,17 @@ async fn another_hosts_changes_show_in_the_next_snapshot() {
     assert!(web_bag(here.snapshot("db/0").await.unwrap()).is_empty());
 }
 
+/// See [`super::a_removal_beside_the_last_relation_broken_leaves_no_relation`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_beside_the_last_relation_broken_leaves_no_relation() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.db");
+    let here = SqliteStore::open(&path, "test-model").unwrap();
+    deploy_at_rest(&here).await;
+    let there = SqliteStore::open(&path, "test-model").unwrap();
+    super::a_removal_beside_the_last_relation_broken_leaves_no_relation(&here, &there).await;
+}
+
 /// See [`super::last_brokens_at_once_reap_the_relation`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn last_brokens_at_once_reap_the_relation() {

@@ -534,6 +534,18 @@ impl<'s> EtcdTx<'s> {
                     Some(unchanged(k, Some(seen)))
                 }),
         );
+        // So must a record this step rewrites after reading it under a prefix: deleted
+        // meanwhile (the relation reaped by another unit's last relation-broken), the
+        // prefix's compare would not see it, and the write would bring it back.
+        compares.extend(
+            self.writes
+                .iter()
+                .filter(|(k, v)| v.is_some() && !self.used_keys.contains(*k))
+                .filter_map(|(k, _)| {
+                    let seen = self.fetched.get(k)?.as_ref()?;
+                    Some(unchanged(k, Some(seen)))
+                }),
+        );
         compares.extend(
             self.created
                 .iter()
