@@ -17,6 +17,7 @@ pub mod etcd_model;
 #[cfg(feature = "etcd")]
 pub mod etcd_pki;
 pub mod etcd_server;
+pub mod hosts;
 pub mod linearizable;
 pub use charm_test::WasmContext;
 

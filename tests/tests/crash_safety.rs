@@ -59,8 +59,7 @@ fn run_until_idle(bundle: &Path, db: &Path) -> Command {
         &format!("sqlite:{}", db.display()),
     ])
     // A killed run's units are taken over once their leases lapse: short ones.
-    .args(["--lease-duration", "3", "--renew-interval", "0.5"])
-    .args(["--retry-period", "0.25", "--drift-margin", "1.5"]);
+    .args(charm_tests::hosts::SHORT_LEASES);
     run
 }
 

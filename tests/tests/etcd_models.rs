@@ -7,40 +7,13 @@
 #![cfg(feature = "etcd")]
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use charm_host::store::{EtcdConfig, EtcdStore, OpenMode, StateStore};
 use charm_tests::etcd_server::EtcdServer;
+use charm_tests::hosts::{charm_host, host_run, ok, refused};
 use charm_tests::{guests, wait_until};
-
-fn charm_host(dir: &Path, args: &[&str]) -> Output {
-    Command::new(charm_tests::charm_host_binary())
-        .args(args)
-        .current_dir(dir)
-        // An operator's shell may have it set: an error still reads as one.
-        .env("RUST_BACKTRACE", "1")
-        .output()
-        .unwrap()
-}
-
-fn refused(dir: &Path, args: &[&str], why: &str) {
-    let out = charm_host(dir, args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{args:?} succeeded");
-    assert!(stderr.contains(why), "{args:?}: {stderr}");
-    assert!(!stderr.contains("backtrace"), "{args:?}: {stderr}");
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = charm_host(dir, args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// Every key in etcd and its revision: what a refused or read-only command leaves as it was.
 fn everything(etcd: &EtcdServer) -> (i64, Vec<String>) {
@@ -113,14 +86,10 @@ fn models_neither_nest_nor_appear_where_commands_only_read() {
 }
 
 fn host(dir: &Path, spec: &str, log: &Path) -> Child {
-    Command::new(charm_tests::charm_host_binary())
-        .args(["run", "bundle.yaml", "--store", spec])
-        .args(["--lease-duration", "3", "--renew-interval", "0.5"])
-        .args(["--retry-period", "0.25", "--drift-margin", "1.5"])
+    host_run(log)
+        .args(["bundle.yaml", "--store", spec])
         .current_dir(dir)
         .env("RUST_LOG", "warn,charm_host=info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap()
 }

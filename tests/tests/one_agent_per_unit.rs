@@ -6,30 +6,27 @@
 //! over once their ownership leases lapse, and goes on counting. On SQLite and on etcd.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use charm_host::store::{ModelStatus, SqliteStore, Store};
+use charm_tests::hosts::host_run;
 use charm_tests::{guests, wait_until};
 
 /// The hosts' lease, for leadership and for unit ownership alike.
 const LEASE: Duration = Duration::from_secs(3);
 
-fn host(bin: &Path, dir: &Path, store: &str, log: &Path) -> Child {
-    Command::new(bin)
-        .args(["run", dir.join("bundle.yaml").to_str().unwrap()])
+fn host(dir: &Path, store: &str, log: &Path) -> Child {
+    host_run(log)
+        .arg(dir.join("bundle.yaml"))
         .args(["--store", store, "--units", "probe/*"])
-        // 3 s lease, 1.5 s guarantee; update-status every second keeps the leader counting.
-        .args(["--lease-duration", "3", "--renew-interval", "0.5"])
-        .args(["--retry-period", "0.25", "--drift-margin", "1.5"])
+        // Update-status every second keeps the leader counting.
         .args(["--update-status-interval", "1"])
         .env(
             "RUST_LOG",
             "warn,charm_host::agent=debug,charm_host::controller=info",
         )
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap()
 }
@@ -102,7 +99,6 @@ impl Reader {
 }
 
 fn twin_hosts(store: &str, reader: Reader, dir: &Path) {
-    let bin = charm_tests::charm_host_binary();
     std::fs::copy(guests::PROBE, dir.join("probe.wasm")).unwrap();
     std::fs::write(
         dir.join("bundle.yaml"),
@@ -110,7 +106,7 @@ fn twin_hosts(store: &str, reader: Reader, dir: &Path) {
     )
     .unwrap();
     let (log_a, log_b) = (dir.join("a.log"), dir.join("b.log"));
-    let mut a = host(&bin, dir, store, &log_a);
+    let mut a = host(dir, store, &log_a);
     let host_a = format!(":{}", a.id());
     wait_showing(
         Duration::from_secs(60),
@@ -122,7 +118,7 @@ fn twin_hosts(store: &str, reader: Reader, dir: &Path) {
                 .is_some_and(|h| h.iter().all(|h| h.ends_with(&host_a)))
         },
     );
-    let mut b = host(&bin, dir, store, &log_b);
+    let mut b = host(dir, store, &log_b);
     let host_b = format!(":{}", b.id());
     // Both hosts select both units; the leader counts on.
     let counted = |at_least: u64| reader.counts().is_some_and(|(c, _, _)| c >= at_least);

@@ -6,29 +6,18 @@
 //! leader per application, and discourse's pod spec shows the change.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::Duration;
 
 use charm_host::store::{ModelStatus, SqliteStore, StateStore};
+use charm_tests::hosts::host_run;
 use charm_tests::{guests, wait_until};
 
-fn host(bin: &Path, bundle: &Path, store: &str, units: &str, log: &Path) -> Child {
-    Command::new(bin)
-        .args(["run", bundle.to_str().unwrap(), "--store", store])
-        .args(["--units", units])
-        .args([
-            "--lease-duration",
-            "3",
-            "--renew-interval",
-            "0.5",
-            "--retry-period",
-            "0.25",
-            "--drift-margin",
-            "1.5",
-        ])
+fn host(bundle: &Path, store: &str, units: &str, log: &Path) -> Child {
+    host_run(log)
+        .arg(bundle)
+        .args(["--store", store, "--units", units])
         .env("RUST_LOG", "charm_host=info,charm_host::agent=debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap()
 }
@@ -123,7 +112,6 @@ fn three_hosts_follow_scale_and_config_changes() {
     // Each host runs its share, by name or glob, including units added later.
     let mut hosts = Hosts(Vec::new(), dir.path().to_path_buf());
     hosts.0.push(host(
-        &bin,
         &bundle,
         &store,
         "postgresql,kv,discourse/0,discourse/3",
@@ -138,7 +126,7 @@ fn three_hosts_follow_scale_and_config_changes() {
     ] {
         hosts
             .0
-            .push(host(&bin, &bundle, &store, units, &dir.path().join(log)));
+            .push(host(&bundle, &store, units, &dir.path().join(log)));
     }
     wait_until(
         Duration::from_secs(60),
