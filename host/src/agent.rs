@@ -10,140 +10,14 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tracing::Instrument;
 
-use crate::bindings::types as wit;
-use crate::charm::{Charm, GuaranteeWatch, HookOutcome, HookRun};
-use crate::context::{BagReader, Interruption};
-use crate::controller::Shared;
+use crate::context::{BagReader, HookOutcome, HookRun, Interruption};
+pub use crate::executor::HookExecutor;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
 use crate::metrics::UnitMetrics;
-use crate::model::{Hook, LogRecord, RelationHook, UnitSnapshot};
-use crate::store::{
-    BoxFuture, CommitError, Committed, Fence, HookCommit, QueuedHook, Store, StoreError,
-};
-
-/// What runs a hook: a compiled charm in wasmtime, or (in the simulation) a native
-/// stand-in that goes through the same hook context and imports.
-pub trait HookExecutor: Send + Sync + 'static {
-    /// Runs `hook` with `snapshot` to read, pinned to `fence` (leader iff `Some`), bounded
-    /// by `guarantee` while leader.
-    fn execute(
-        &self,
-        snapshot: UnitSnapshot,
-        fence: Option<Fence>,
-        guarantee: Option<Arc<dyn GuaranteeWatch>>,
-        hook: Hook,
-    ) -> BoxFuture<'static, HookRun>;
-
-    /// Runs `hook` as [`execute`](Self::execute) does, reading the remote units' bags
-    /// `snapshot` leaves out through `bags` as the hook asks for them, and reporting them
-    /// in [`HookRun::bags_read`]. Only called on an executor that
-    /// [`reads_bags_as_asked`](Self::reads_bags_as_asked).
-    fn execute_reading(
-        &self,
-        snapshot: UnitSnapshot,
-        fence: Option<Fence>,
-        guarantee: Option<Arc<dyn GuaranteeWatch>>,
-        hook: Hook,
-        bags: BagReader,
-    ) -> BoxFuture<'static, HookRun> {
-        let _ = bags;
-        self.execute(snapshot, fence, guarantee, hook)
-    }
-
-    /// Whether its hooks read remote units' bags as they ask for them
-    /// ([`execute_reading`](Self::execute_reading)); if not, each snapshot it gets holds
-    /// them all.
-    fn reads_bags_as_asked(&self) -> bool {
-        false
-    }
-
-    /// The hash of the module it runs ([`crate::store::module_hash`]); `None` for one that
-    /// runs no module kept in a store (a native stand-in).
-    fn module_hash(&self) -> Option<&str> {
-        None
-    }
-
-    /// Loads the module `bytes` into an executor of its own kind (same engine, limits and
-    /// cache); `name` names it in errors. `None` if it runs no modules.
-    fn load_module(
-        &self,
-        name: &str,
-        bytes: &[u8],
-    ) -> Option<Result<Arc<dyn HookExecutor>, String>> {
-        let _ = (name, bytes);
-        None
-    }
-}
-
-impl HookExecutor for Charm {
-    fn execute(
-        &self,
-        snapshot: UnitSnapshot,
-        fence: Option<Fence>,
-        guarantee: Option<Arc<dyn GuaranteeWatch>>,
-        hook: Hook,
-    ) -> BoxFuture<'static, HookRun> {
-        self.run_off_runtime(snapshot, fence, guarantee, hook, None)
-    }
-
-    fn execute_reading(
-        &self,
-        snapshot: UnitSnapshot,
-        fence: Option<Fence>,
-        guarantee: Option<Arc<dyn GuaranteeWatch>>,
-        hook: Hook,
-        bags: BagReader,
-    ) -> BoxFuture<'static, HookRun> {
-        self.run_off_runtime(snapshot, fence, guarantee, hook, Some(bags))
-    }
-
-    fn reads_bags_as_asked(&self) -> bool {
-        true
-    }
-
-    fn module_hash(&self) -> Option<&str> {
-        Some(Charm::module_hash(self))
-    }
-
-    fn load_module(
-        &self,
-        name: &str,
-        bytes: &[u8],
-    ) -> Option<Result<Arc<dyn HookExecutor>, String>> {
-        Some(
-            self.load_sibling(std::path::Path::new(name), bytes)
-                .map(|charm| Arc::new(charm) as Arc<dyn HookExecutor>)
-                .map_err(|e| e.to_string()),
-        )
-    }
-}
-
-impl Charm {
-    /// Runs `hook` on a blocking thread: wasmtime runs synchronously (and WASI blocks on
-    /// tokio), and a bag read from the store blocks the hook until it arrives.
-    fn run_off_runtime(
-        &self,
-        snapshot: UnitSnapshot,
-        fence: Option<Fence>,
-        guarantee: Option<Arc<dyn GuaranteeWatch>>,
-        hook: Hook,
-        bags: Option<BagReader>,
-    ) -> BoxFuture<'static, HookRun> {
-        let charm = self.clone();
-        // The hook's span (unit, hook, term) goes along, so that what the charm logs says
-        // which hook it came from.
-        let span = tracing::Span::current();
-        Box::pin(async move {
-            let event = to_event(&hook);
-            crate::blocking::off_runtime(move || {
-                let _in_hook = span.enter();
-                charm.run_hook_reading(snapshot, fence, guarantee, &event, bags)
-            })
-            .await
-            .unwrap_or_else(|e| HookRun::failed_to_run(format!("hook task failed: {e}")))
-        })
-    }
-}
+use crate::model::{Hook, LogRecord};
+use crate::shared::Shared;
+pub use crate::shared::{HookRecord, HookResultKind};
+use crate::store::{CommitError, Committed, HookCommit, QueuedHook, Store, StoreError};
 
 /// Up to how many remote units a relation has for a hook's snapshot to hold their bags;
 /// in larger relations the hook reads each bag as it asks for it. Most relations are small,
@@ -171,7 +45,7 @@ fn stale_backoff(unit: &str, conflicts: u32) -> Duration {
         .saturating_mul(1 << (conflicts - STALE_AT_ONCE - 1).min(16))
         .min(STALE_MAX_BACKOFF);
     // A factor in [0.5, 1.5) from the unit's name.
-    let hash = crate::controller::fnv1a(unit);
+    let hash = crate::shared::fnv1a(unit);
     base.mul_f64(0.5 + (hash % 1024) as f64 / 1024.0)
 }
 
@@ -210,70 +84,6 @@ impl RetryPolicy {
         self.initial_backoff
             .saturating_mul(1 << failures.saturating_sub(1).min(16))
             .min(self.max_backoff)
-    }
-}
-
-/// One hook run, as recorded in the controller's history.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct HookRecord {
-    /// The unit.
-    pub unit: String,
-    /// Juju's name for the hook.
-    pub hook: String,
-    /// Whether it ran as leader (what `is_leader` answered in it).
-    pub leader: bool,
-    /// The lease term it ran under, if leader.
-    pub term: Option<u64>,
-    /// How it ended.
-    pub result: HookResultKind,
-    /// `ok`, or why it failed.
-    pub outcome: String,
-    /// The pod spec revision its commit created, if any.
-    pub pod_spec_revision: Option<u64>,
-    /// Whether a leader-only operation was refused for leadership in it.
-    pub refused_not_leader: bool,
-    /// How long it took, from reading its snapshot to the end of its commit (or of its
-    /// failure). In JSON, `duration_ms`.
-    #[serde(rename = "duration_ms", serialize_with = "as_millis")]
-    pub duration: Duration,
-}
-
-fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64() * 1e3)
-}
-
-/// How a hook attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum HookResultKind {
-    /// Committed (or had nothing to commit).
-    Committed,
-    /// Not run: a leader-elected hook whose leadership was already gone.
-    Skipped,
-    /// The charm returned an error, trapped or ran out of time.
-    CharmFailed,
-    /// Stopped because the leadership guarantee was ending with no renewal.
-    Interrupted,
-    /// Its commit met a fence that no longer held.
-    Fenced,
-    /// What it read changed before its commit: it runs again on fresh data.
-    Stale,
-    /// The store could not be reached.
-    StoreUnavailable,
-}
-
-impl HookResultKind {
-    /// Its name, as in the history and the `result` label of the hook metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HookResultKind::Committed => "committed",
-            HookResultKind::Skipped => "skipped",
-            HookResultKind::CharmFailed => "charm-failed",
-            HookResultKind::Interrupted => "interrupted",
-            HookResultKind::Fenced => "fenced",
-            HookResultKind::Stale => "stale",
-            HookResultKind::StoreUnavailable => "store-unavailable",
-        }
     }
 }
 
@@ -409,6 +219,11 @@ impl UnitAgent {
             }
             while let Ok(hook) = self.inbox.try_recv() {
                 self.accept(hook);
+            }
+            if self.inbox.is_closed() {
+                // The controller no longer routes hooks here: the host is stopping (or the
+                // unit left), and the hook that ran last has committed.
+                return;
             }
             self.report_queue();
             let current = leadership.borrow_and_update().clone();
@@ -912,7 +727,7 @@ impl UnitAgent {
     /// Keeps what the hook logged, and its stdout and stderr, in the unit's ring in the
     /// store for `debug-log`, however the hook ended. Best effort: a line lost to a store
     /// outage is not worth a retry of the hook.
-    async fn keep_logs(&self, hook: &Hook, run: &crate::charm::HookRun) {
+    async fn keep_logs(&self, hook: &Hook, run: &HookRun) {
         if run.logs.is_empty() && run.output.is_empty() {
             return;
         }
@@ -976,36 +791,6 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-fn to_event(hook: &Hook) -> wit::Event {
-    let rel = |r: &RelationHook| wit::RelationEvent {
-        id: r.id,
-        name: r.endpoint.clone(),
-        remote_app: r.remote_app.clone(),
-        remote_unit: r.remote_unit.clone(),
-    };
-    match hook {
-        Hook::Install => wit::Event::Install,
-        Hook::Start => wit::Event::Start,
-        Hook::ConfigChanged => wit::Event::ConfigChanged,
-        Hook::UpgradeCharm => wit::Event::UpgradeCharm,
-        Hook::UpdateStatus => wit::Event::UpdateStatus,
-        Hook::Stop => wit::Event::Stop,
-        Hook::Remove => wit::Event::Remove,
-        Hook::LeaderElected => wit::Event::LeaderElected,
-        Hook::LeaderSettingsChanged => wit::Event::LeaderSettingsChanged,
-        Hook::RelationCreated(r) => wit::Event::RelationCreated(rel(r)),
-        Hook::RelationJoined(r) => wit::Event::RelationJoined(rel(r)),
-        Hook::RelationChanged(r) => wit::Event::RelationChanged(rel(r)),
-        Hook::RelationDeparted(r) => wit::Event::RelationDeparted(rel(r)),
-        Hook::RelationBroken(r) => wit::Event::RelationBroken(rel(r)),
-        Hook::Action { id, name, params } => wit::Event::Action(wit::ActionEvent {
-            id: id.clone(),
-            name: name.clone(),
-            params: params.clone(),
-        }),
-    }
 }
 
 impl Drop for UnitAgent {

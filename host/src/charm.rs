@@ -6,6 +6,7 @@
 //! charm's initial memory copy-on-write instead of copying it.
 
 pub mod cache;
+mod executor;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -22,10 +23,12 @@ use wasmtime::{
 };
 
 use crate::bindings::{self, Charm as CharmBindings, CharmPre, types};
-use crate::context::{HookContext, Interruption, LogLine};
+use crate::context::{HookContext, Interruption};
+pub use crate::context::{HookOutcome, HookRun};
+pub use crate::executor::GuaranteeWatch;
 use crate::model::{
-    ActionMeta, ActionParamMeta, Changes, CharmMetadata, ConfigOptionMeta, ConfigValue,
-    EndpointMeta, OptionType, RelationRole, UnitSnapshot,
+    ActionMeta, ActionParamMeta, CharmMetadata, ConfigOptionMeta, ConfigValue, EndpointMeta,
+    OptionType, RelationRole, UnitSnapshot,
 };
 use crate::store::Fence;
 
@@ -570,60 +573,6 @@ pub struct Charm {
     /// ([`crate::store::module_hash`]).
     module: Arc<[u8]>,
     module_hash: Arc<str>,
-}
-
-/// How a hook ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HookOutcome {
-    /// It returned `Ok`: its writes may be committed.
-    Succeeded,
-    /// It returned an error.
-    Failed(String),
-    /// It trapped (a panic, a stack overflow, memory exhausted, ...).
-    Trapped(String),
-    /// The host stopped it.
-    Interrupted(Interruption),
-    /// It returned `Ok`, but its writes exceed a limit the calls could not refuse.
-    OverLimit(charm_model::limits::LimitError),
-}
-
-/// The result of running one hook: how it ended and what it wrote.
-#[derive(Debug, Clone)]
-pub struct HookRun {
-    /// How it ended.
-    pub outcome: HookOutcome,
-    /// What it wrote; to be committed only if it succeeded.
-    pub changes: Changes,
-    /// What it logged.
-    pub logs: Vec<LogLine>,
-    /// Its stdout and stderr.
-    pub output: String,
-    /// How many leader-only operations were refused because it did not run as leader.
-    pub leadership_refusals: u32,
-    /// The remote units' bags it read from the store as it ran (relation, unit, bag), when
-    /// its snapshot left them out: what its commit checks besides the snapshot.
-    pub bags_read: Vec<(crate::model::RelationId, String, crate::model::SharedBag)>,
-}
-
-impl HookRun {
-    /// A hook that could not be started at all.
-    pub fn failed_to_run(reason: String) -> Self {
-        HookRun {
-            outcome: HookOutcome::Trapped(reason),
-            changes: Changes::default(),
-            logs: Vec::new(),
-            output: String::new(),
-            leadership_refusals: 0,
-            bags_read: Vec::new(),
-        }
-    }
-}
-
-/// When a leader hook must stop: the current end of the leadership guarantee, which moves
-/// forward with each renewal. `None` means the guarantee is gone.
-pub trait GuaranteeWatch: Send + Sync + 'static {
-    /// The instant the guarantee ends, as of now.
-    fn valid_until(&self) -> Option<Instant>;
 }
 
 impl Charm {

@@ -9,6 +9,53 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use crate::model::{Bag, BagWrites, Changes, CharmMetadata, RelationId, SharedBag, UnitSnapshot};
 use crate::store::Fence;
 
+/// How a hook ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookOutcome {
+    /// It returned `Ok`: its writes may be committed.
+    Succeeded,
+    /// It returned an error.
+    Failed(String),
+    /// It trapped (a panic, a stack overflow, memory exhausted, ...).
+    Trapped(String),
+    /// The host stopped it.
+    Interrupted(Interruption),
+    /// It returned `Ok`, but its writes exceed a limit the calls could not refuse.
+    OverLimit(charm_model::limits::LimitError),
+}
+
+/// The result of running one hook: how it ended and what it wrote.
+#[derive(Debug, Clone)]
+pub struct HookRun {
+    /// How it ended.
+    pub outcome: HookOutcome,
+    /// What it wrote; to be committed only if it succeeded.
+    pub changes: Changes,
+    /// What it logged.
+    pub logs: Vec<LogLine>,
+    /// Its stdout and stderr.
+    pub output: String,
+    /// How many leader-only operations were refused because it did not run as leader.
+    pub leadership_refusals: u32,
+    /// The remote units' bags it read from the store as it ran (relation, unit, bag), when
+    /// its snapshot left them out: what its commit checks besides the snapshot.
+    pub bags_read: Vec<(crate::model::RelationId, String, crate::model::SharedBag)>,
+}
+
+impl HookRun {
+    /// A hook that could not be started at all.
+    pub fn failed_to_run(reason: String) -> Self {
+        HookRun {
+            outcome: HookOutcome::Trapped(reason),
+            changes: Changes::default(),
+            logs: Vec::new(),
+            output: String::new(),
+            leadership_refusals: 0,
+            bags_read: Vec::new(),
+        }
+    }
+}
+
 /// How much of a hook's stdout and stderr is kept (a panic message, say); the rest is
 /// dropped and counted.
 const OUTPUT_CAPACITY: usize = 64 * 1024;
@@ -49,7 +96,7 @@ pub enum Interruption {
     GuaranteeEnding,
     /// The hook ran past its time limit, this long.
     TimedOut {
-        /// The limit ([`crate::charm::RuntimeConfig::hook_timeout`]).
+        /// The limit (the runtime's `hook_timeout`).
         limit: std::time::Duration,
     },
     /// A relation bag the hook asked for could not be read from the store: it runs again.
@@ -248,18 +295,18 @@ impl HookContext {
     }
 
     /// The hook's result: how it ended, with what it wrote and logged.
-    pub fn finish(mut self, outcome: crate::charm::HookOutcome) -> crate::charm::HookRun {
+    pub fn finish(mut self, outcome: HookOutcome) -> HookRun {
         let output = self.output();
         // Only what would be committed is checked.
         let outcome = match outcome {
-            crate::charm::HookOutcome::Succeeded => {
+            HookOutcome::Succeeded => {
                 match self
                     .over_limit
                     .take()
                     .map_or_else(|| self.check_limits(), Err)
                 {
-                    Ok(()) => crate::charm::HookOutcome::Succeeded,
-                    Err(limit) => crate::charm::HookOutcome::OverLimit(limit),
+                    Ok(()) => HookOutcome::Succeeded,
+                    Err(limit) => HookOutcome::OverLimit(limit),
                 }
             }
             outcome => outcome,
@@ -277,7 +324,7 @@ impl HookContext {
         // A bag that could not be read: whatever the charm made of its absence is not kept.
         let outcome = match (outcome, self.interruption) {
             (_, Some(Interruption::StoreUnavailable)) => {
-                crate::charm::HookOutcome::Interrupted(Interruption::StoreUnavailable)
+                HookOutcome::Interrupted(Interruption::StoreUnavailable)
             }
             (outcome, _) => outcome,
         };
@@ -289,7 +336,7 @@ impl HookContext {
                 Some((*id, unit.clone(), bag.clone()))
             })
             .collect();
-        crate::charm::HookRun {
+        HookRun {
             outcome,
             bags_read,
             changes: self.changes,

@@ -10,8 +10,9 @@ use tokio::sync::{mpsc, watch};
 use charm_model::endpoints::{self, Side};
 
 use crate::admission::Admission;
-use crate::agent::{HookExecutor, HookRecord, RetryPolicy, UnitAgent};
+use crate::agent::{RetryPolicy, UnitAgent};
 use crate::charm::Charm;
+use crate::executor::HookExecutor;
 use crate::leadership::{Leadership, LeadershipConfig, LeadershipTracker};
 use crate::metrics::HostMetrics;
 use crate::model::{
@@ -19,17 +20,9 @@ use crate::model::{
     RelationRole, agent_holder, agent_host, app_of, holder_agent, holder_unit, ownership_lease,
 };
 use crate::module_switch::ModuleSwitch;
+pub use crate::shared::HookObserver;
+use crate::shared::{HookRecord, Pending, Shared, fnv1a};
 use crate::store::{Lease, ModelStatus, QueuedHook, Store, StoreError};
-
-/// Called with every hook run, as it ends.
-#[derive(Clone)]
-pub struct HookObserver(pub Arc<dyn Fn(&HookRecord) + Send + Sync>);
-
-impl std::fmt::Debug for HookObserver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("HookObserver")
-    }
-}
 
 /// How a controller runs its units.
 #[derive(Debug, Clone, Default)]
@@ -109,13 +102,6 @@ pub fn selects(selector: &str, unit: &str) -> bool {
     selector == unit || selector == app_of(unit) || glob_matches(selector, unit)
 }
 
-/// A stable 64-bit hash (FNV-1a), to derive per-unit seeds.
-pub(crate) fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 /// Why a deployment step was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
@@ -147,18 +133,13 @@ pub enum ControllerError {
     Leadership(#[from] crate::leadership::LeadershipConfigError),
 }
 
-/// The number of hooks queued or running across all units; zero means idle.
-pub(crate) struct Pending(watch::Sender<usize>);
+/// How long a host stopping cleanly lets its agents' running hooks finish (a hook commits
+/// within milliseconds; one that runs longer is stopped as if the host had crashed, and
+/// runs again on the next host).
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
-impl Pending {
-    pub(crate) fn add(&self, n: usize) {
-        self.0.send_modify(|p| *p += n);
-    }
-
-    pub(crate) fn done(&self, n: usize) {
-        self.0.send_modify(|p| *p = p.saturating_sub(n));
-    }
-}
+/// How often a stopping host looks whether its agents have stopped.
+const STOP_POLL: Duration = Duration::from_millis(10);
 
 /// How often [`Controller::wait_settled`] looks at the leases again while idle.
 const SETTLE_POLL: Duration = Duration::from_millis(50);
@@ -205,55 +186,6 @@ impl LeaseSightings {
             return false;
         }
         lease.duration + now.saturating_duration_since(first.at) > first.left + RENEWAL_EVIDENCE
-    }
-}
-
-/// What the controller and its agents share.
-pub(crate) struct Shared {
-    store: Arc<dyn Store>,
-    mailboxes: Mutex<BTreeMap<String, mpsc::UnboundedSender<QueuedHook>>>,
-    pub(crate) pending: Pending,
-    pub(crate) guarantee_margin: Duration,
-    history: Option<Mutex<Vec<HookRecord>>>,
-    observer: Option<HookObserver>,
-    /// The places for this host's hooks.
-    pub(crate) admission: Admission,
-}
-
-impl Shared {
-    pub(crate) fn record(&self, record: HookRecord) {
-        if let Some(observer) = &self.observer {
-            (observer.0)(&record);
-        }
-        if let Some(history) = &self.history {
-            history
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(record);
-        }
-    }
-
-    /// Forgets a unit whose agent ended because the unit left the model.
-    pub(crate) fn forget(&self, unit: &str) {
-        self.mailboxes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(unit);
-    }
-
-    /// Hands hooks the store queued to their units' agents.
-    pub(crate) fn notify(&self, queued: Vec<QueuedHook>) {
-        let mailboxes = self.mailboxes.lock().unwrap_or_else(|e| e.into_inner());
-        for hook in queued {
-            // A unit with no agent here (crashed, or run by another host) finds the hook
-            // in the store when its agent starts.
-            if let Some(tx) = mailboxes.get(&hook.unit) {
-                self.pending.add(1);
-                if tx.send(hook).is_err() {
-                    self.pending.done(1);
-                }
-            }
-        }
     }
 }
 
@@ -1153,7 +1085,8 @@ impl Controller {
     }
 
     /// Stops every agent and gives up the leases its units hold, so other hosts' units
-    /// take over without waiting for them to lapse.
+    /// take over without waiting for them to lapse. A hook running is let finish, its
+    /// commit and its log line (for up to [`STOP_GRACE`]); no agent starts another.
     pub async fn release_leases(&self) {
         let running: Vec<String> = self
             .trackers
@@ -1162,6 +1095,7 @@ impl Controller {
             .keys()
             .cloned()
             .collect();
+        self.finish_hooks_running(STOP_GRACE).await;
         self.shutdown();
         let holders = self
             .holders
@@ -1185,6 +1119,24 @@ impl Controller {
             {
                 tracing::warn!(%unit, "could not release its ownership: {e}");
             }
+        }
+    }
+
+    /// Tells every agent to stop once its hook running (if any) has ended, and waits up to
+    /// `grace` for them all to have stopped: an agent learns it when its mailbox closes.
+    async fn finish_hooks_running(&self, grace: Duration) {
+        let agents: Vec<tokio::task::AbortHandle> = {
+            let trackers = self.trackers.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared
+                .mailboxes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
+            trackers.values().cloned().collect()
+        };
+        let deadline = tokio::time::Instant::now() + grace;
+        while agents.iter().any(|a| !a.is_finished()) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(STOP_POLL).await;
         }
     }
 

@@ -25,6 +25,7 @@ pub mod bundle;
 pub mod charm;
 pub mod context;
 pub mod controller;
+pub mod executor;
 
 mod imports;
 pub mod leadership;
@@ -33,5 +34,6 @@ pub mod model;
 mod module_switch;
 mod output;
 pub mod podspec;
+pub mod shared;
 pub mod sim;
 pub mod store;

@@ -6,9 +6,8 @@
 
 use std::sync::{Arc, RwLock};
 
-use crate::agent::HookExecutor;
-use crate::charm::{GuaranteeWatch, HookRun};
-use crate::context::BagReader;
+use crate::context::{BagReader, HookRun};
+use crate::executor::{GuaranteeWatch, HookExecutor};
 use crate::model::{Hook, UnitSnapshot};
 use crate::store::{BoxFuture, Fence, Store};
 

@@ -101,7 +101,7 @@ fn a_relation_removed_under_a_running_host_goes_and_can_be_made_again() {
     wait_until(
         Duration::from_secs(60),
         "the new relation's hooks run",
-        || queues_empty(),
+        queues_empty,
     );
     let related = relations().unwrap();
     let live: Vec<_> = related.iter().filter(|r| !r.is_peer()).collect();

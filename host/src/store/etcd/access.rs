@@ -401,18 +401,6 @@ fn date(secs: u64) -> String {
     format!("{year:04}-{month:02}-{day:02}")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::date;
-
-    #[test]
-    fn dates_of_unix_times() {
-        assert_eq!(date(0), "1970-01-01");
-        assert_eq!(date(1_609_459_200), "2021-01-01");
-        assert_eq!(date(951_782_400), "2000-02-29");
-    }
-}
-
 /// The common name of the subject of the certificate in the PEM file at `path`: the user
 /// etcd takes a certificate-only login for. `None` if it has none, or cannot be read.
 fn certificate_common_name(path: &std::path::Path) -> Option<String> {
@@ -459,4 +447,16 @@ fn der_element(bytes: &[u8]) -> Option<(u8, &[u8], &[u8])> {
         len.iter().fold(0usize, |n, &b| (n << 8) | b as usize)
     };
     (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::date;
+
+    #[test]
+    fn dates_of_unix_times() {
+        assert_eq!(date(0), "1970-01-01");
+        assert_eq!(date(1_609_459_200), "2021-01-01");
+        assert_eq!(date(951_782_400), "2000-02-29");
+    }
 }
