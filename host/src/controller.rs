@@ -1134,10 +1134,16 @@ impl Controller {
                 .clear();
             trackers.values().cloned().collect()
         };
-        let deadline = tokio::time::Instant::now() + grace;
-        while agents.iter().any(|a| !a.is_finished()) && tokio::time::Instant::now() < deadline {
+        let started = tokio::time::Instant::now();
+        while agents.iter().any(|a| !a.is_finished()) && started.elapsed() < grace {
             tokio::time::sleep(STOP_POLL).await;
         }
+        tracing::info!(
+            agents = agents.len(),
+            still_running = agents.iter().filter(|a| !a.is_finished()).count(),
+            waited_ms = started.elapsed().as_millis() as u64,
+            "agents stopped"
+        );
     }
 
     /// Stops every agent, and any started from now on.

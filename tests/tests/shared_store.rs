@@ -5,36 +5,19 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use charm_host::store::{SqliteStore, StateStore};
+use charm_tests::hosts::host_run;
 use charm_tests::wait_until;
 
-fn host(bin: &Path, bundle: &Path, store: &str, units: &str, log: &Path) -> Child {
-    Command::new(bin)
-        .args([
-            "run",
-            bundle.to_str().unwrap(),
-            "--store",
-            store,
-            "--units",
-            units,
-        ])
-        // Short leases, so the takeover is quick: 3 s lease, 1.5 s guarantee.
-        .args([
-            "--lease-duration",
-            "3",
-            "--renew-interval",
-            "0.5",
-            "--retry-period",
-            "0.25",
-            "--drift-margin",
-            "1.5",
-        ])
+fn host(bundle: &Path, store: &str, units: &str, log: &Path) -> Child {
+    // Short leases, so the takeover is quick.
+    host_run(log)
+        .arg(bundle)
+        .args(["--store", store, "--units", units])
         .env("RUST_LOG", "charm_host::agent=debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap()
 }
@@ -58,7 +41,6 @@ fn leader_commits(log: &Path) -> Vec<(String, u64)> {
 
 #[test]
 fn two_hosts_sharing_a_store_never_both_lead() {
-    let bin = charm_tests::charm_host_binary();
     let dir = tempfile::tempdir().unwrap();
     let bundle = charm_tests::discourse_bundle(dir.path(), 3);
     let db = dir.path().join("model.db");
@@ -73,18 +55,12 @@ fn two_hosts_sharing_a_store_never_both_lead() {
     };
 
     let (log_a, log_b) = (dir.path().join("a.log"), dir.path().join("b.log"));
-    let mut a = host(
-        &bin,
-        &bundle,
-        &store_arg,
-        "discourse/0,postgresql/0",
-        &log_a,
-    );
+    let mut a = host(&bundle, &store_arg, "discourse/0,postgresql/0", &log_a);
     // The second host starts once the first has deployed the bundle, and resumes it.
     wait_until(Duration::from_secs(30), "the first host deploys", || {
         status().is_some_and(|s| s.units.len() == 4)
     });
-    let mut b = host(&bin, &bundle, &store_arg, "discourse/1,discourse/2", &log_b);
+    let mut b = host(&bundle, &store_arg, "discourse/1,discourse/2", &log_b);
     wait_until(Duration::from_secs(30), "discourse's pod spec", || {
         db.exists()
             && rt
