@@ -1134,6 +1134,9 @@ impl Controller {
                 .clear();
             trackers.values().cloned().collect()
         };
+        if agents.is_empty() {
+            return;
+        }
         let started = tokio::time::Instant::now();
         while agents.iter().any(|a| !a.is_finished()) && started.elapsed() < grace {
             tokio::time::sleep(STOP_POLL).await;
